@@ -1,0 +1,39 @@
+"""Tether: a durable background-job queue.
+
+The names most programs need are importable from here: ``tether.Tether`` (the embeddable
+application object), ``tether.PermanentError``, ``tether.RetryPolicy``, the error classes and
+``tether.JobStatus``.  They are loaded on first use, so ``import tether.domain`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Tether": "tether.entrypoints.service",
+    "Job": "tether.domain.job",
+    "JobStatus": "tether.domain.job",
+    "EnqueueResult": "tether.domain.job",
+    "RetryPolicy": "tether.domain.retry",
+    "TetherError": "tether.domain.errors",
+    "ValidationError": "tether.domain.errors",
+    "PayloadError": "tether.domain.errors",
+    "ConfigurationError": "tether.domain.errors",
+    "LeaseLost": "tether.domain.errors",
+    "JobNotFound": "tether.domain.errors",
+    "InvalidTransition": "tether.domain.errors",
+    "StorageUnavailable": "tether.domain.errors",
+    "PermanentError": "tether.domain.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tether' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,1 @@
+"""Adapters: repositories (memory, SQLite, PostgreSQL), dispatchers (polling, Redis Streams), clocks."""

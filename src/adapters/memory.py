@@ -1,0 +1,298 @@
+"""The in-memory job repository: thread-safe, public, and the fake for downstream tests.
+
+It applies the same rules as the SQL repositories (it runs the same contract suite): payloads are
+stored in their encoded form, so a caller mutating its dict after enqueue changes nothing stored;
+idempotency keys are unique across stored jobs; ``transaction()`` gives a unit of work whose jobs
+appear only on commit and vanish on rollback; an enqueue with a key held by another open
+transaction waits for that transaction to end, as a unique index would.
+
+Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed from heaps of jobs
+waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+
+from tether.domain import transitions
+from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
+from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
+from tether.domain.lease import holds_lease, new_lease_token
+from tether.ports.repository import JobRepository
+
+
+class MemoryTransaction:
+    """A unit of work of :class:`InMemoryJobRepository`; pass it as ``connection=``."""
+
+    def __init__(self, repository: "InMemoryJobRepository") -> None:
+        self.repository = repository
+        self.staged: list[Job] = []
+        self.callbacks: list[Callable[[], None]] = []
+        self.open = True
+
+
+class InMemoryJobRepository(JobRepository):
+    """A complete :class:`~tether.ports.repository.JobRepository` held in process memory.
+
+    Thread-safe (one lock).  Nothing survives the process: use it for tests, demos and as the
+    fake in downstream test suites (see ``tether.testing``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition(threading.RLock())
+        self._jobs: dict[int, Job] = {}
+        self._keys: dict[str, int] = {}
+        self._pending_keys: dict[str, MemoryTransaction] = {}
+        self._ids = itertools.count(1)
+        # queue -> heap of (scheduled_at, id) for leasable jobs not yet due
+        self._waiting: dict[str, list[tuple[datetime, int]]] = {}
+        # queue -> heap of (-priority, scheduled_at, id) for leasable jobs that are due
+        self._ready: dict[str, list[tuple[int, datetime, int]]] = {}
+        self._running: set[int] = set()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _store(self, job: Job) -> None:
+        """Write ``job`` and keep the indexes in step (called with the lock held)."""
+        self._jobs[job.id] = job
+        if job.status is JobStatus.RUNNING:
+            self._running.add(job.id)
+        else:
+            self._running.discard(job.id)
+        if job.status.is_leasable:
+            heapq.heappush(self._waiting.setdefault(job.queue, []), (job.scheduled_at, job.id))
+
+    def _promote(self, queue: str, now: datetime) -> None:
+        waiting = self._waiting.get(queue)
+        ready = self._ready.setdefault(queue, [])
+        while waiting and waiting[0][0] <= now:
+            scheduled_at, job_id = heapq.heappop(waiting)
+            job = self._jobs.get(job_id)
+            if job is not None and job.status.is_leasable and job.scheduled_at == scheduled_at:
+                heapq.heappush(ready, lease_order_key(job))
+
+    def _valid_ready(self, entry: tuple[int, datetime, int]) -> bool:
+        job = self._jobs.get(entry[2])
+        return job is not None and job.status.is_leasable and lease_order_key(job) == entry
+
+    def _fenced(self, job_id: int, token: str) -> Job:
+        job = self._jobs.get(job_id)
+        if job is None or not holds_lease(job, token):
+            raise LeaseLost(job_id, token)
+        return job
+
+    def _insert(self, new_job: NewJob, now: datetime, tx: MemoryTransaction | None) -> EnqueueResult:
+        key = new_job.idempotency_key
+        if key is not None:
+            while True:
+                if key in self._keys:
+                    return EnqueueResult(self._jobs[self._keys[key]], created=False)
+                owner = self._pending_keys.get(key)
+                if owner is None:
+                    break
+                if owner is tx:
+                    staged = next(j for j in tx.staged if j.idempotency_key == key)
+                    return EnqueueResult(staged, created=False)
+                self._lock.wait()  # another open transaction holds the key: wait for it to end
+        job = transitions.create(new_job, job_id=next(self._ids), now=now)
+        if tx is None:
+            self._store(job)
+            if key is not None:
+                self._keys[key] = job.id
+        else:
+            tx.staged.append(job)
+            if key is not None:
+                self._pending_keys[key] = tx
+        return EnqueueResult(job, created=True)
+
+    def _tx(self, connection: Any) -> MemoryTransaction | None:
+        if connection is None:
+            return None
+        if not isinstance(connection, MemoryTransaction) or connection.repository is not self:
+            raise ValidationError("connection", "must come from this repository's transaction()")
+        if not connection.open:
+            raise ValidationError("connection", "that transaction has already ended")
+        return connection
+
+    # -- enqueue -----------------------------------------------------------------------------
+    def enqueue(self, new_job: NewJob, *, now: datetime, connection: Any = None) -> EnqueueResult:
+        with self._lock:
+            return self._insert(new_job, now, self._tx(connection))
+
+    def enqueue_many(self, new_jobs: Sequence[NewJob], *, now: datetime, connection: Any = None) -> list[EnqueueResult]:
+        if connection is not None:
+            with self._lock:
+                tx = self._tx(connection)
+                return [self._insert(n, now, tx) for n in new_jobs]
+        with self.transaction() as tx:  # all or none
+            return self.enqueue_many(new_jobs, now=now, connection=tx)
+
+    @contextmanager
+    def transaction(self) -> Iterator[MemoryTransaction]:
+        tx = MemoryTransaction(self)
+        try:
+            yield tx
+        except BaseException:
+            with self._lock:
+                tx.open = False
+                for job in tx.staged:
+                    if job.idempotency_key is not None:
+                        self._pending_keys.pop(job.idempotency_key, None)
+                self._lock.notify_all()
+            raise
+        with self._lock:
+            tx.open = False
+            for job in tx.staged:
+                self._store(job)
+                if job.idempotency_key is not None:
+                    self._pending_keys.pop(job.idempotency_key, None)
+                    self._keys[job.idempotency_key] = job.id
+            self._lock.notify_all()
+        for callback in tx.callbacks:
+            callback()
+
+    def on_commit(self, connection: Any, callback: Callable[[], None]) -> None:
+        tx = self._tx(connection)
+        if tx is None:
+            callback()
+        else:
+            tx.callbacks.append(callback)
+
+    # -- reading -----------------------------------------------------------------------------
+    def get(self, job_id: int) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def list_jobs(
+        self, *, status: JobStatus | None = None, queue: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Job]:
+        with self._lock:
+            jobs = [
+                j for j in self._jobs.values() if (status is None or j.status is status) and (queue is None or j.queue == queue)
+            ]
+        jobs.sort(key=lambda j: j.id)
+        return jobs[offset : offset + limit]
+
+    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
+        counts = {s: 0 for s in JobStatus}
+        with self._lock:
+            for job in self._jobs.values():
+                if queue is None or job.queue == queue:
+                    counts[job.status] += 1
+        return counts
+
+    def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
+        with self._lock:
+            due = [j for j in self._jobs.values() if j.is_due(now) and (queues is None or j.queue in queues)]
+        due.sort(key=lease_order_key)
+        return due[:limit]
+
+    # -- leases ------------------------------------------------------------------------------
+    def lease(
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+    ) -> list[Job]:
+        leased: list[Job] = []
+        with self._lock:
+            names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
+            for name in names:
+                self._promote(name, now)
+            while len(leased) < limit:
+                best: tuple[int, datetime, int] | None = None
+                best_queue = ""
+                for name in names:
+                    ready = self._ready.get(name)
+                    while ready and not self._valid_ready(ready[0]):
+                        heapq.heappop(ready)
+                    if ready and (best is None or ready[0] < best):
+                        best, best_queue = ready[0], name
+                if best is None:
+                    break
+                heapq.heappop(self._ready[best_queue])
+                job = transitions.lease(
+                    self._jobs[best[2]], now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout
+                )
+                self._store(job)
+                leased.append(job)
+        return leased
+
+    def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or not job.is_due(now) or job.attempts >= job.max_attempts:
+                return None
+            job = transitions.lease(job, now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout)
+            self._store(job)
+            return job
+
+    def _apply(self, job_id: int, token: str, change: Callable[[Job], Job]) -> Job:
+        with self._lock:
+            job = change(self._fenced(job_id, token))
+            self._store(job)
+            return job
+
+    def complete(self, job_id: int, token: str, *, now: datetime) -> Job:
+        return self._apply(job_id, token, lambda j: transitions.complete(j, token=token, now=now))
+
+    def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
+        return self._apply(job_id, token, lambda j: transitions.fail(j, token=token, now=now, error=error, retry_at=retry_at))
+
+    def dead_letter(self, job_id: int, token: str, *, now: datetime, error: str) -> Job:
+        return self._apply(job_id, token, lambda j: transitions.dead_letter(j, token=token, now=now, error=error))
+
+    def heartbeat(self, job_id: int, token: str, *, now: datetime, lease_timeout: float) -> Job:
+        return self._apply(
+            job_id, token, lambda j: transitions.heartbeat(j, token=token, now=now, lease_timeout=lease_timeout)
+        )
+
+    def release(self, job_id: int, token: str, *, now: datetime) -> Job:
+        return self._apply(job_id, token, lambda j: transitions.release(j, token=token, now=now))
+
+    # -- maintenance -------------------------------------------------------------------------
+    def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
+        reaped: list[Job] = []
+        with self._lock:
+            expired = sorted(
+                (j for j in (self._jobs[i] for i in self._running) if j.lease_expired(now)),
+                key=lambda j: (j.lease_expires_at, j.id),
+            )
+            for job in expired[:limit]:
+                assert job.lease_token is not None
+                job = transitions.reap(job, now=now, token=job.lease_token)
+                self._store(job)
+                reaped.append(job)
+        return reaped
+
+    def retry_dead(self, job_id: int, *, now: datetime) -> Job:
+        with self._lock:
+            job = self.get(job_id)
+            job = transitions.retry_dead(job, now=now)
+            self._store(job)
+            return job
+
+    def purge(self, *, older_than: datetime) -> int:
+        with self._lock:
+            doomed = [
+                j
+                for j in self._jobs.values()
+                if j.status.is_terminal and j.finished_at is not None and j.finished_at < older_than
+            ]
+            for job in doomed:
+                del self._jobs[job.id]
+                if job.idempotency_key is not None and self._keys.get(job.idempotency_key) == job.id:
+                    del self._keys[job.idempotency_key]
+        return len(doomed)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+__all__ = ["InMemoryJobRepository", "MemoryTransaction"]

@@ -1,0 +1,1 @@
+"""Repositories on SQLAlchemy Core: the shared schema, SQLite and PostgreSQL."""

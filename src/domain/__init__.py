@@ -1,0 +1,42 @@
+"""The pure core of Tether: jobs, leases and fencing, retry policy, validation.
+
+Standard library and attrs only; time always comes in as an argument.
+"""
+
+from tether.domain.errors import (
+    ConfigurationError,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+    PayloadError,
+    PermanentError,
+    StorageUnavailable,
+    TetherError,
+    ValidationError,
+)
+from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
+from tether.domain.lease import Lease, check_fence, holds_lease, new_lease_token
+from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
+
+__all__ = [
+    "ConfigurationError",
+    "DEFAULT_MAX_ATTEMPTS",
+    "EnqueueResult",
+    "InvalidTransition",
+    "Job",
+    "JobNotFound",
+    "JobStatus",
+    "Lease",
+    "LeaseLost",
+    "NewJob",
+    "PayloadError",
+    "PermanentError",
+    "RetryPolicy",
+    "StorageUnavailable",
+    "TetherError",
+    "ValidationError",
+    "check_fence",
+    "holds_lease",
+    "lease_order_key",
+    "new_lease_token",
+]

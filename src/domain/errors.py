@@ -1,0 +1,83 @@
+"""Errors raised by Tether, all rooted in :class:`TetherError`.
+
+Every error that reports bad input names the field and what was wrong with it, so a caller
+(or the CLI, which prints it on one line) can say exactly what to fix.
+"""
+
+from __future__ import annotations
+
+
+class TetherError(Exception):
+    """Root of every error Tether raises on purpose."""
+
+
+class ValidationError(TetherError, ValueError):
+    """Bad input at a public entry point; nothing was written or published.
+
+    Attributes:
+        field: the name of the argument or setting that was wrong (``"queue"``, ``"payload.items[3]"``).
+        problem: what was wrong with it, in words.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class PayloadError(ValidationError):
+    """The payload cannot be stored: not JSON, not finite, too large, or holds a NUL character."""
+
+
+class ConfigurationError(TetherError):
+    """A setting (URL, pool size, schema name, ...) is unusable; the message says which and why."""
+
+
+class LeaseLost(TetherError):
+    """The write was refused because the caller no longer holds the job's lease.
+
+    Raised by complete, fail, dead-letter, heartbeat and release when the job is not ``running``
+    under the given fencing token any more (the reaper took it back, another worker leased it,
+    or it was finished).  The caller must stop working on the job; its state was not changed.
+    """
+
+    def __init__(self, job_id: int, token: str) -> None:
+        super().__init__(f"job {job_id}: lease {token[:12]}... is no longer held")
+        self.job_id = job_id
+        self.token = token
+
+
+class JobNotFound(TetherError, LookupError):
+    """No job with that id exists (never enqueued, or purged)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id}: not found")
+        self.job_id = job_id
+
+
+class InvalidTransition(TetherError):
+    """The job is not in a state that allows the requested action (e.g. retrying a completed job)."""
+
+    def __init__(self, job_id: int, status: str, action: str) -> None:
+        super().__init__(f"job {job_id}: cannot {action} a job that is {status}")
+        self.job_id = job_id
+        self.status = status
+        self.action = action
+
+
+class StorageUnavailable(TetherError):
+    """The job store could not be reached or stayed locked past its retries; the call did nothing.
+
+    Transient by nature: the worker loop backs off and tries again; it is never read as
+    "no work".
+    """
+
+
+class PermanentError(Exception):
+    """Raise from a handler (or wrap another error) to send the job to ``dead`` at once.
+
+    A job that raises ``PermanentError`` is not retried, whatever attempts it has left
+    (compare Sidekiq's "don't retry" or Celery's ``Reject(requeue=False)``).
+
+    Example: ``raise PermanentError("customer deleted") from exc``.
+    """

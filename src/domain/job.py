@@ -1,0 +1,139 @@
+"""The job record and its statuses.
+
+A :class:`Job` is an immutable snapshot; every change produces a new one through the pure
+functions of :mod:`tether.domain.transitions`.  All datetimes are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+
+class JobStatus(str, enum.Enum):
+    """Where a job is in its life.
+
+    queued -> running -> completed | retrying | dead; retrying -> running; a running job released
+    at shutdown goes back to queued; dead -> queued only by a manual retry.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    DEAD = "dead"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``completed`` and ``dead``: nothing but purge (or a manual retry of a dead job) moves it."""
+        return self in (JobStatus.COMPLETED, JobStatus.DEAD)
+
+    @property
+    def is_leasable(self) -> bool:
+        """True for ``queued`` and ``retrying``: a worker may lease it once it is due."""
+        return self in (JobStatus.QUEUED, JobStatus.RETRYING)
+
+
+LEASABLE_STATUSES = (JobStatus.QUEUED, JobStatus.RETRYING)
+TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.DEAD)
+
+
+@attrs.frozen
+class NewJob:
+    """A validated request to enqueue one job (see :func:`tether.domain.validation.prepare_job`).
+
+    ``payload_json`` is the canonical UTF-8 JSON text of the payload; ``scheduled_at`` is aware UTC.
+    """
+
+    job_type: str
+    queue: str
+    payload_json: str
+    priority: int
+    max_attempts: int
+    scheduled_at: datetime
+    idempotency_key: str | None = None
+
+    @property
+    def payload(self) -> Any:
+        """A fresh decoded copy of the payload."""
+        return json.loads(self.payload_json)
+
+
+@attrs.frozen
+class Job:
+    """One job as stored.
+
+    Attributes:
+        id: positive integer, assigned by the repository at enqueue.
+        job_type: the handler name it runs under.
+        queue: the queue it waits in.
+        payload_json: canonical UTF-8 JSON text; :attr:`payload` decodes a fresh copy.
+        priority: higher runs first.
+        status: see :class:`JobStatus`.
+        attempts: leases taken so far; incremented only by a lease; never above ``max_attempts``.
+        max_attempts: leases allowed in all (>= 1).
+        scheduled_at: not leased before this instant (aware UTC).
+        created_at: when it was enqueued (aware UTC).
+        idempotency_key: unique among stored jobs, or None.
+        lease_token: the fencing token of the current lease (only while running).
+        leased_by: worker id of the current lease holder (informational, never a fence).
+        leased_at, lease_expires_at: start and expiry of the current lease (aware UTC).
+        last_error: the last failure, bounded and printable, or None.
+        finished_at: when it became completed or dead (aware UTC), else None.
+    """
+
+    id: int
+    job_type: str
+    queue: str
+    payload_json: str
+    priority: int
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    scheduled_at: datetime
+    created_at: datetime
+    idempotency_key: str | None = None
+    lease_token: str | None = None
+    leased_by: str | None = None
+    leased_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    last_error: str | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def payload(self) -> Any:
+        """A fresh decoded copy of the payload; mutating it changes nothing stored."""
+        return json.loads(self.payload_json)
+
+    def is_due(self, now: datetime) -> bool:
+        """True when the job is queued or retrying and ``scheduled_at <= now``."""
+        return self.status.is_leasable and self.scheduled_at <= now
+
+    def lease_expired(self, now: datetime) -> bool:
+        """True when the job is running and its lease expiry is at or before ``now``."""
+        return (
+            self.status is JobStatus.RUNNING
+            and self.lease_expires_at is not None
+            and self.lease_expires_at <= now
+        )
+
+
+def lease_order_key(job: Job) -> tuple[int, datetime, int]:
+    """Sort key of the lease order: priority DESC, scheduled_at ASC, id ASC."""
+    return (-job.priority, job.scheduled_at, job.id)
+
+
+@attrs.frozen
+class EnqueueResult:
+    """What an enqueue did: the stored job, and whether this call created it.
+
+    ``created`` is False when a job with the same idempotency key already existed; that job is
+    returned unchanged.
+    """
+
+    job: Job
+    created: bool

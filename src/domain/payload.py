@@ -1,0 +1,76 @@
+"""Payload encoding: canonical UTF-8 JSON with a size limit in bytes.
+
+The rule, the same on every repository:
+- allowed values: ``None``, ``bool``, ``int``, finite ``float``, ``str``, ``list`` and ``dict``
+  with ``str`` keys, nested at most 64 deep;
+- rejected: NaN and +/-Infinity, tuples, sets, bytes, datetimes, Decimals and any other type
+  (JSON cannot carry them, or they would come back as something else);
+- rejected: any string or key holding a NUL character (U+0000): PostgreSQL text and jsonb cannot
+  store it, so no repository accepts it;
+- the canonical form is ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+  and its UTF-8 length in bytes must not exceed the limit (default 65,536 bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from tether.domain.errors import PayloadError
+
+DEFAULT_MAX_PAYLOAD_BYTES = 65_536
+MAX_DEPTH = 64
+
+
+def _check(value: Any, path: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise PayloadError(path, f"nests deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if type(value) is not int and not isinstance(value, bool):
+            # IntEnum and friends would encode as ints and come back as plain ints.
+            raise PayloadError(path, f"is a {type(value).__name__}; only plain int is JSON")
+        return
+    if isinstance(value, float):
+        if type(value) is not float:
+            raise PayloadError(path, f"is a {type(value).__name__}; only plain float is JSON")
+        if not math.isfinite(value):
+            raise PayloadError(path, f"is {value!r}; JSON has no NaN or Infinity")
+        return
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise PayloadError(path, "holds a NUL character (U+0000), which no repository can store")
+        return
+    if type(value) is list:
+        for i, item in enumerate(value):
+            _check(item, f"{path}[{i}]", depth + 1)
+        return
+    if type(value) is dict:
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PayloadError(path, f"has a key of type {type(key).__name__} ({key!r}); JSON object keys are strings")
+            if "\x00" in key:
+                raise PayloadError(path, "has a key holding a NUL character (U+0000)")
+            _check(item, f"{path}.{key}", depth + 1)
+        return
+    raise PayloadError(path, f"is a {type(value).__name__}, which JSON cannot carry (use str, int, float, bool, None, list or dict)")
+
+
+def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Validate ``payload`` and return its canonical JSON text.
+
+    Args:
+        payload: the job's arguments (see the module docstring for what is allowed).
+        max_bytes: the limit on the UTF-8 length of the canonical text, in bytes.
+
+    Raises:
+        PayloadError: naming the path of the offending value (``payload.items[2]``) and why.
+    """
+    _check(payload, "payload", 0)
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadError("payload", f"is {size} bytes as canonical UTF-8 JSON; the limit is {max_bytes} bytes")
+    return text

@@ -1,0 +1,183 @@
+"""The job state machine as pure functions: a Job and ``now`` in, a new Job out.
+
+Each function raises instead of returning a changed job when the move is not allowed:
+:class:`~tether.domain.errors.LeaseLost` when a lease-holder write comes with a token that does
+not hold the job, :class:`~tether.domain.errors.InvalidTransition` for any other illegal move.
+Repositories apply exactly these rules, in memory or as compare-and-set statements in SQL.
+
+==========  ==============================================  =====================
+from        move (function)                                 to
+==========  ==============================================  =====================
+queued      :func:`lease` when due                          running
+retrying    :func:`lease` when due                          running
+running     :func:`complete` (holder)                       completed
+running     :func:`fail` (holder)                           retrying, or dead when
+                                                            attempts are used up
+                                                            or no retry is given
+running     :func:`dead_letter` (holder)                    dead
+running     :func:`heartbeat` (holder)                      running, lease extended
+running     :func:`release` (holder, at shutdown)           queued, attempt given back
+running     :func:`reap` (lease expired)                    retrying, or dead
+dead        :func:`retry_dead` (an operator)                queued, attempts 0
+==========  ==============================================  =====================
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import attrs
+
+from tether.domain.errors import InvalidTransition
+from tether.domain.failure import sanitize_text
+from tether.domain.job import Job, JobStatus, NewJob
+from tether.domain.lease import check_fence
+from tether.domain.retry import RetryPolicy
+
+_NO_LEASE = {"lease_token": None, "leased_by": None, "leased_at": None, "lease_expires_at": None}
+
+
+def create(new: NewJob, *, job_id: int, now: datetime) -> Job:
+    """The stored form of a new job: ``queued``, no attempts yet."""
+    return Job(
+        id=job_id,
+        job_type=new.job_type,
+        queue=new.queue,
+        payload_json=new.payload_json,
+        priority=new.priority,
+        status=JobStatus.QUEUED,
+        attempts=0,
+        max_attempts=new.max_attempts,
+        scheduled_at=new.scheduled_at,
+        created_at=now,
+        idempotency_key=new.idempotency_key,
+    )
+
+
+def lease(job: Job, *, now: datetime, token: str, worker_id: str, lease_timeout: float) -> Job:
+    """Lease a due job: ``running`` under ``token`` until ``now + lease_timeout`` seconds.
+
+    This is the only place ``attempts`` grows.
+
+    Raises:
+        InvalidTransition: the job is not queued/retrying, not due yet, or has no attempts left.
+    """
+    if not job.is_due(now):
+        raise InvalidTransition(job.id, job.status.value if not job.status.is_leasable else "not due", "lease")
+    if job.attempts >= job.max_attempts:
+        raise InvalidTransition(job.id, "out of attempts", "lease")
+    return attrs.evolve(
+        job,
+        status=JobStatus.RUNNING,
+        attempts=job.attempts + 1,
+        lease_token=token,
+        leased_by=worker_id,
+        leased_at=now,
+        lease_expires_at=now + timedelta(seconds=lease_timeout),
+    )
+
+
+def complete(job: Job, *, token: str, now: datetime) -> Job:
+    """The holder finished the job: ``completed`` at ``now``.  Raises LeaseLost."""
+    check_fence(job, token)
+    return attrs.evolve(job, status=JobStatus.COMPLETED, finished_at=now, **_NO_LEASE)
+
+
+def next_retry_at(
+    job: Job, *, now: datetime, policy: RetryPolicy, r: float, permanent: bool = False
+) -> datetime | None:
+    """When a failed attempt of ``job`` should run again, or None if it must go dead.
+
+    None when the error is permanent or ``job.attempts >= job.max_attempts``; otherwise
+    ``now + policy.delay(job.attempts, r)``.
+    """
+    if permanent or job.attempts >= job.max_attempts:
+        return None
+    return policy.retry_at(job.attempts, now, r)
+
+
+def fail(job: Job, *, token: str, now: datetime, error: str, retry_at: datetime | None) -> Job:
+    """The holder's attempt failed with ``error``.
+
+    The job becomes ``retrying`` due at ``retry_at`` when ``retry_at`` is given and attempts are
+    left; otherwise ``dead`` at ``now``.  Raises LeaseLost.
+    """
+    check_fence(job, token)
+    error = sanitize_text(error)
+    if retry_at is not None and job.attempts < job.max_attempts:
+        return attrs.evolve(job, status=JobStatus.RETRYING, scheduled_at=retry_at, last_error=error, **_NO_LEASE)
+    return attrs.evolve(job, status=JobStatus.DEAD, finished_at=now, last_error=error, **_NO_LEASE)
+
+
+def dead_letter(job: Job, *, token: str, now: datetime, error: str) -> Job:
+    """The holder sends the job to ``dead`` at once.  Raises LeaseLost."""
+    return fail(job, token=token, now=now, error=error, retry_at=None)
+
+
+def heartbeat(job: Job, *, token: str, now: datetime, lease_timeout: float) -> Job:
+    """Extend the holder's lease to ``now + lease_timeout`` seconds (never shortens it).  Raises LeaseLost."""
+    check_fence(job, token)
+    expires = now + timedelta(seconds=lease_timeout)
+    if job.lease_expires_at is not None and job.lease_expires_at > expires:
+        expires = job.lease_expires_at
+    return attrs.evolve(job, lease_expires_at=expires)
+
+
+RELEASED_ERROR = "released at shutdown before it finished; the attempt was given back"
+
+
+def release(job: Job, *, token: str, now: datetime) -> Job:
+    """Hand a running job back at shutdown: ``queued``, due at ``now``, lease cleared.
+
+    The interrupted attempt is given back (``attempts - 1``): stopping a worker is not the job's
+    failure, and a job must not go dead because of deploys.  Raises LeaseLost.
+    """
+    check_fence(job, token)
+    return attrs.evolve(
+        job,
+        status=JobStatus.QUEUED,
+        attempts=max(job.attempts - 1, 0),
+        scheduled_at=now,
+        last_error=RELEASED_ERROR,
+        **_NO_LEASE,
+    )
+
+
+def reap_error(job: Job) -> str:
+    """The ``last_error`` written when the lease of ``job`` expired (the worker was lost)."""
+    return (
+        f"LeaseExpired: lease of worker {job.leased_by!r} expired at "
+        f"{job.lease_expires_at.isoformat() if job.lease_expires_at else '?'} without a heartbeat; "
+        f"the worker was lost (attempt {job.attempts} of {job.max_attempts})"
+    )
+
+
+def reap(job: Job, *, now: datetime, token: str) -> Job:
+    """Take back a job whose lease (``token``) expired at or before ``now``.
+
+    An expired lease counts as a failed attempt: the job is ``retrying``, due at once, or
+    ``dead`` when its attempts are used up, so a job that kills its worker every time ends
+    (case C05).
+
+    Raises:
+        LeaseLost: the job is no longer running under ``token`` (it finished or was re-leased).
+        InvalidTransition: the lease has not expired yet.
+    """
+    check_fence(job, token)
+    if not job.lease_expired(now):
+        raise InvalidTransition(job.id, "running under a live lease", "reap")
+    error = reap_error(job)
+    if job.attempts < job.max_attempts:
+        return attrs.evolve(job, status=JobStatus.RETRYING, scheduled_at=now, last_error=error, **_NO_LEASE)
+    return attrs.evolve(job, status=JobStatus.DEAD, finished_at=now, last_error=error, **_NO_LEASE)
+
+
+def retry_dead(job: Job, *, now: datetime) -> Job:
+    """An operator's manual retry of a dead job: ``queued`` at ``now`` with attempts reset to 0.
+
+    Raises:
+        InvalidTransition: the job is not dead.
+    """
+    if job.status is not JobStatus.DEAD:
+        raise InvalidTransition(job.id, job.status.value, "retry")
+    return attrs.evolve(job, status=JobStatus.QUEUED, attempts=0, scheduled_at=now, finished_at=None, **_NO_LEASE)

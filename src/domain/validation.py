@@ -1,0 +1,146 @@
+"""Validation of everything a caller passes in, before anything is written.
+
+Each check raises :class:`~tether.domain.errors.ValidationError` naming the field and the problem.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from tether.domain.errors import ValidationError
+from tether.domain.job import NewJob
+from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload
+from tether.domain.retry import DEFAULT_MAX_ATTEMPTS
+from tether.domain.timeutil import ensure_utc
+
+#: Queue names become part of Redis keys and CLI arguments, so they are strict: 1-64 characters,
+#: starting with a letter or digit, then letters, digits, ``_``, ``-`` or ``.``.
+QUEUE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+#: Job types name handlers: 1-200 characters of letters, digits, ``_ . : -``.
+JOB_TYPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}")
+DEFAULT_QUEUE = "default"
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+MAX_ATTEMPTS_LIMIT = 10_000
+IDEMPOTENCY_KEY_MAX_CHARS = 255
+WORKER_ID_MAX_CHARS = 200
+
+
+def validate_queue(queue: object, field: str = "queue") -> str:
+    """Return ``queue`` if it matches :data:`QUEUE_PATTERN`, else raise ValidationError."""
+    if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
+        raise ValidationError(
+            field,
+            f"{queue!r} is not a queue name (1-64 of letters, digits, '_', '-', '.', starting with a letter or digit)",
+        )
+    return queue
+
+
+def validate_job_type(job_type: object) -> str:
+    """Return ``job_type`` if it matches :data:`JOB_TYPE_PATTERN`, else raise ValidationError."""
+    if not isinstance(job_type, str) or not JOB_TYPE_PATTERN.fullmatch(job_type):
+        raise ValidationError(
+            "job_type", f"{job_type!r} is not a job type (1-200 of letters, digits, '_', '.', ':', '-')"
+        )
+    return job_type
+
+
+def validate_int(value: object, field: str, low: int, high: int) -> int:
+    """Return ``value`` if it is an int (not a bool) in ``[low, high]``, else raise ValidationError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(field, f"must be an integer, got {type(value).__name__} {value!r}")
+    if not low <= value <= high:
+        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def validate_max_attempts(value: object) -> int:
+    """``max_attempts`` must be an integer from 1 to 10,000 (case C15c)."""
+    return validate_int(value, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
+
+
+def validate_seconds(value: object, field: str, *, allow_zero: bool = True) -> float:
+    """A duration in seconds: a finite int/float >= 0 (> 0 unless ``allow_zero``), or a timedelta."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValidationError(field, f"must be a finite number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValidationError(field, f"must be {'>= 0' if allow_zero else '> 0'} seconds, got {value}")
+    return float(value)
+
+
+def validate_idempotency_key(value: object) -> str | None:
+    """None, or a str of 1-255 characters without NUL."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > IDEMPOTENCY_KEY_MAX_CHARS:
+        raise ValidationError("idempotency_key", f"must be a string of 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters, got {value!r:.80}")
+    if "\x00" in value:
+        raise ValidationError("idempotency_key", "holds a NUL character (U+0000)")
+    return value
+
+
+def validate_worker_id(value: object) -> str:
+    """A worker id: 1-200 printable characters."""
+    if not isinstance(value, str) or not value or len(value) > WORKER_ID_MAX_CHARS or not value.isprintable():
+        raise ValidationError("worker_id", f"must be 1-{WORKER_ID_MAX_CHARS} printable characters, got {value!r:.80}")
+    return value
+
+
+def prepare_job(
+    job_type: object,
+    payload: Any,
+    *,
+    now: datetime,
+    queue: object = DEFAULT_QUEUE,
+    priority: object = 0,
+    run_at: object = None,
+    delay: object = None,
+    max_attempts: object = DEFAULT_MAX_ATTEMPTS,
+    idempotency_key: object = None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> NewJob:
+    """Validate one enqueue request and return it as a :class:`NewJob`.
+
+    Args:
+        job_type: handler name.
+        payload: JSON-able arguments (rules in :mod:`tether.domain.payload`).
+        now: the current instant, aware UTC (from the clock port).
+        queue: queue name (:data:`QUEUE_PATTERN`).
+        priority: integer, higher runs first (32-bit range).
+        run_at: aware datetime to run at, or None; exclusive with ``delay``.
+        delay: seconds (or timedelta) from ``now``, or None.
+        max_attempts: 1-10,000.
+        idempotency_key: see :func:`validate_idempotency_key`.
+        max_payload_bytes: payload limit in bytes.
+
+    Raises:
+        ValidationError / PayloadError: naming the first bad field.
+    """
+    now = ensure_utc(now, "now")
+    job_type = validate_job_type(job_type)
+    queue = validate_queue(queue)
+    priority = validate_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
+    attempts = validate_max_attempts(max_attempts)
+    key = validate_idempotency_key(idempotency_key)
+    if run_at is not None and delay is not None:
+        raise ValidationError("run_at", "give run_at or delay, not both")
+    if run_at is not None:
+        scheduled_at = ensure_utc(run_at, "run_at")
+    elif delay is not None:
+        scheduled_at = now + timedelta(seconds=validate_seconds(delay, "delay"))
+    else:
+        scheduled_at = now
+    payload_json = encode_payload(payload, max_bytes=max_payload_bytes)
+    return NewJob(
+        job_type=job_type,
+        queue=queue,
+        payload_json=payload_json,
+        priority=priority,
+        max_attempts=attempts,
+        scheduled_at=scheduled_at,
+        idempotency_key=key,
+    )

@@ -1,0 +1,1 @@
+"""Entrypoints: the embeddable API, the worker pool, maintenance, the container and the CLI."""

@@ -1,0 +1,53 @@
+"""The dispatcher port: how workers learn there is work, and get leases for it.
+
+The repository is the truth; a dispatcher only says "look at job N" or "there is work" and turns
+that into leases through the repository.  Delivery never depends on a notification: a lost one
+costs latency (one poll or sweep interval), never a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from tether.domain.job import Job
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """Hands leased jobs to workers."""
+
+    def notify(self, jobs: Sequence[Job]) -> None:
+        """Tell workers these jobs were committed.  Called after commit; never raises (failures
+        are logged and left to the sweep or poll)."""
+        ...
+
+    def acquire(
+        self,
+        *,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        limit: int,
+        lease_timeout: float,
+        max_wait: float,
+    ) -> list[Job]:
+        """Block up to ``max_wait`` seconds for work; return up to ``limit`` jobs leased to
+        ``worker_id`` for ``lease_timeout`` seconds (possibly none).
+
+        Raises:
+            StorageUnavailable: the repository could not be reached (the caller backs off).
+        """
+        ...
+
+    def maintain(self, now: datetime) -> None:
+        """Periodic upkeep (re-publishing due jobs, reclaiming pending entries); may do nothing."""
+        ...
+
+    def wake(self) -> None:
+        """Make a blocked :meth:`acquire` return soon (used at shutdown)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,142 @@
+"""The job repository port: durable storage of jobs and the only place their state changes.
+
+Every method that changes a running job is a compare-and-set on (job id, status ``running``,
+lease token) and raises :class:`~tether.domain.errors.LeaseLost` when zero rows match; the job is
+then unchanged.  Times are timezone-aware UTC and come in as ``now`` from the clock port, so one
+time source rules every stored time and comparison.
+
+Transient storage trouble (lock timeouts, lost connections) is retried inside the adapter where
+that is safe and otherwise raised as :class:`~tether.domain.errors.StorageUnavailable`; it is
+never reported as "no job".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
+
+
+@runtime_checkable
+class JobRepository(Protocol):
+    """Stores jobs and applies the state machine of :mod:`tether.domain.transitions` atomically."""
+
+    # -- enqueue -----------------------------------------------------------------------------
+    def enqueue(self, new_job: NewJob, *, now: datetime, connection: Any = None) -> EnqueueResult:
+        """Store one job (``queued``, ``created_at = now``).
+
+        With an idempotency key that a stored job already has, store nothing and return that job
+        with ``created=False``; race-free under concurrency and rollback (case C10).
+        ``connection`` joins the caller's transaction (a handle from :meth:`transaction`, or for
+        SQL repositories a SQLAlchemy ``Connection``/``Session``); nothing is visible before it
+        commits and nothing remains if it rolls back.
+        """
+        ...
+
+    def enqueue_many(
+        self, new_jobs: Sequence[NewJob], *, now: datetime, connection: Any = None
+    ) -> list[EnqueueResult]:
+        """Store several jobs at once, all or none; results in input order (keys as in :meth:`enqueue`;
+        a key repeated within the batch yields the first job, ``created=False`` for the repeats)."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A unit of work of the repository's own: ``with repo.transaction() as tx: repo.enqueue(..., connection=tx)``.
+
+        Commits when the block exits normally, rolls back if it raises."""
+        ...
+
+    def on_commit(self, connection: Any, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once ``connection``'s transaction commits (at once if ``connection`` is
+        None or not in a transaction); never if it rolls back.  Used to notify dispatchers."""
+        ...
+
+    # -- reading -----------------------------------------------------------------------------
+    def get(self, job_id: int) -> Job:
+        """The job with this id.  Raises :class:`~tether.domain.errors.JobNotFound`."""
+        ...
+
+    def list_jobs(
+        self,
+        *,
+        status: JobStatus | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Job]:
+        """Jobs filtered by status and queue, by ascending id."""
+        ...
+
+    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
+        """How many jobs are in each status (every status present, zero included)."""
+        ...
+
+    def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
+        """Up to ``limit`` queued/retrying jobs due at ``now``, in lease order, without leasing them
+        (the Redis sweep re-publishes these)."""
+        ...
+
+    # -- leases ------------------------------------------------------------------------------
+    def lease(
+        self,
+        *,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        now: datetime,
+        lease_timeout: float,
+        limit: int = 1,
+    ) -> list[Job]:
+        """Lease up to ``limit`` due jobs (all queues if ``queues`` is None) in lease order
+        (priority DESC, scheduled_at ASC, id ASC); each gets a fresh fencing token and expires
+        ``lease_timeout`` seconds after ``now``.  Returns the leased jobs, possibly none."""
+        ...
+
+    def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
+        """Lease this job if it is due (queued/retrying, ``scheduled_at <= now``); else None
+        (already taken, finished, not due, or unknown)."""
+        ...
+
+    def complete(self, job_id: int, token: str, *, now: datetime) -> Job:
+        """Fenced: ``completed``.  Raises LeaseLost."""
+        ...
+
+    def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
+        """Fenced: ``retrying`` due at ``retry_at`` if given and attempts are left, else ``dead``.
+        ``error`` is stored sanitized (bounded, no NUL).  Raises LeaseLost."""
+        ...
+
+    def dead_letter(self, job_id: int, token: str, *, now: datetime, error: str) -> Job:
+        """Fenced: ``dead`` at once.  Raises LeaseLost."""
+        ...
+
+    def heartbeat(self, job_id: int, token: str, *, now: datetime, lease_timeout: float) -> Job:
+        """Fenced: extend the lease to ``now + lease_timeout`` seconds.  Raises LeaseLost."""
+        ...
+
+    def release(self, job_id: int, token: str, *, now: datetime) -> Job:
+        """Fenced: back to ``queued``, due now, attempt given back (shutdown).  Raises LeaseLost."""
+        ...
+
+    # -- maintenance -------------------------------------------------------------------------
+    def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
+        """Take back up to ``limit`` running jobs whose own lease expired at or before ``now``
+        (retrying, or dead when out of attempts).  Each write is a compare-and-set on the lease
+        it read.  Returns the jobs as written."""
+        ...
+
+    def retry_dead(self, job_id: int, *, now: datetime) -> Job:
+        """Manual retry: a dead job back to ``queued`` with attempts 0.
+        Raises JobNotFound, InvalidTransition (not dead)."""
+        ...
+
+    def purge(self, *, older_than: datetime) -> int:
+        """Delete completed and dead jobs whose ``finished_at`` is before ``older_than``; returns
+        how many (their idempotency keys become free again)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the repository is unusable afterwards."""
+        ...

@@ -1,0 +1,1 @@
+"""Test kit: public contract suites and fakes for downstream projects."""

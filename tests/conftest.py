@@ -1,0 +1,33 @@
+"""Shared fixtures: service URLs, per-run isolation, and the skip-or-fail rule for services.
+
+``TETHER_TEST_DATABASE_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and
+``TETHER_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) name the servers.  Where one is
+unreachable its tests skip with the reason, unless ``TETHER_REQUIRE_SERVICES=1`` (set by .ci/run),
+which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+DATABASE_URL = os.environ.get("TETHER_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REQUIRE_SERVICES = os.environ.get("TETHER_REQUIRE_SERVICES") == "1"
+#: Unique per test run: PostgreSQL schemas and Redis key prefixes carry it so runs never collide.
+RUN_ID = uuid.uuid4().hex[:10]
+
+
+def service_unavailable(what: str, reason: str) -> None:
+    """Skip the test (or fail it when services are required) because ``what`` is unreachable."""
+    message = f"{what} unreachable: {reason}"
+    if REQUIRE_SERVICES:
+        pytest.fail(message + " (TETHER_REQUIRE_SERVICES=1)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def run_id() -> str:
+    return RUN_ID
