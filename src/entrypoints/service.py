@@ -1,1 +1,407 @@
-"""(being built)"""
+"""The embeddable API: :class:`Tether`, the one object an application uses.
+
+It holds the handler registry, enqueues (alone, in bulk, or inside the caller's transaction),
+reads and administers jobs, and builds worker pools.  It depends on the ports only; the
+composition root (``tether.connect``) or a test wires concrete adapters into it::
+
+    app = Tether(InMemoryJobRepository(), PollingDispatcher(repo, clock), SystemClock())
+
+Enqueue validates everything first (:func:`tether.domain.validation.prepare_job`), writes through
+the repository, and tells the dispatcher only after the write commits
+(``repository.on_commit``); a dispatcher failure is logged and never fails the enqueue, because
+the repository is the truth and every poll or sweep finds the job (DESIGN.md, "Dispatch").
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from types import MappingProxyType, TracebackType
+from typing import Any, TypeVar, overload
+
+import attrs
+
+from tether.domain.errors import ValidationError
+from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
+from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
+from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
+from tether.domain.validation import (
+    DEFAULT_QUEUE,
+    prepare_job,
+    validate_int,
+    validate_max_attempts,
+    validate_queue,
+)
+from tether.entrypoints.context import JobContext
+from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
+from tether.entrypoints.maintenance import Reaper, purge_finished
+from tether.entrypoints.worker import WorkerPool, WorkerStats
+from tether.ports.clock import Clock
+from tether.ports.dispatcher import Dispatcher
+from tether.ports.repository import JobRepository
+
+logger = logging.getLogger("tether.service")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@attrs.frozen(hash=False)
+class EnqueueRequest:
+    """One job for :meth:`Tether.enqueue_many`; the fields mean what :meth:`Tether.enqueue`'s
+    arguments mean (None picks the handler's or the app's default)."""
+
+    job_type: str
+    payload: Any = None
+    queue: str | None = None
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+
+
+class Tether:
+    """A Tether application: handlers, enqueue, administration, workers.
+
+    Args:
+        repository: the job store (any :class:`~tether.ports.repository.JobRepository`).
+        dispatcher: how workers get leases and learn of new jobs.
+        clock: the time source for every ``now`` this object passes down.
+        retry_policy: backoff of failed attempts (default: 1 s doubling to 300 s, +0-10 % jitter).
+        max_payload_bytes: limit on a payload's canonical UTF-8 JSON, in bytes (default 65,536).
+        default_queue: queue of jobs whose type has no registered queue and that name none.
+        default_max_attempts: ``max_attempts`` when neither the call nor the handler gives one.
+
+    Raises:
+        ValidationError: a bad default.
+    """
+
+    def __init__(
+        self,
+        repository: JobRepository,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        default_queue: str = DEFAULT_QUEUE,
+        default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        self.repository = repository
+        self.dispatcher = dispatcher
+        self.clock = clock
+        if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+            raise ValidationError("retry_policy", f"must be a RetryPolicy, got {type(retry_policy).__name__}")
+        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
+        self.max_payload_bytes = validate_int(max_payload_bytes, "max_payload_bytes", 2, 2**31 - 1)
+        self.default_queue = validate_queue(default_queue, "default_queue")
+        self.default_max_attempts = validate_max_attempts(default_max_attempts)
+        self._handlers: dict[str, HandlerSpec] = {}
+        self._handlers_lock = threading.Lock()
+        self._pools: list[WorkerPool] = []
+        self._closed = False
+
+    # -- handlers ----------------------------------------------------------------------------
+    @overload
+    def handler(self, name: F) -> F: ...
+
+    @overload
+    def handler(
+        self,
+        name: str | None = None,
+        *,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def handler(
+        self,
+        name: Any = None,
+        *,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> Any:
+        """Register the decorated function as the handler of job type ``name``.
+
+        ``@app.handler("emails.send")``, ``@app.handler()`` or bare ``@app.handler`` (the name is
+        then the function's ``__name__``).  The function is returned unchanged.
+
+        Args:
+            name: the job type (1-200 of letters, digits, ``_ . : -``).
+            queue: default queue of enqueues of this type.
+            max_attempts: default ``max_attempts`` of enqueues of this type.
+            on_failure: ``hook(job, exc)`` run after each failed attempt is persisted (``job`` as
+                written: ``retrying`` or ``dead``); its errors are logged and ignored.
+
+        Raises:
+            ValidationError: a bad name/queue/max_attempts/hook, a function that is not
+                ``f(payload)`` or ``f(payload, ctx)``, or a name registered already.
+        """
+        if callable(name) and not isinstance(name, str):
+            return self.register(name.__name__, name)
+
+        def decorate(func: F) -> F:
+            job_type = name if name is not None else getattr(func, "__name__", None)
+            self.register(job_type, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure)
+            return func
+
+        return decorate
+
+    def register(
+        self,
+        name: Any,
+        func: Callable[..., Any],
+        *,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        on_failure: FailureHook | None = None,
+    ) -> HandlerSpec:
+        """The non-decorator form of :meth:`handler`; returns the registration.  Same errors."""
+        spec = make_spec(name, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure)
+        with self._handlers_lock:
+            if spec.name in self._handlers:
+                raise ValidationError(
+                    "job_type", f"{spec.name!r} already has a handler ({self._handlers[spec.name].func!r})"
+                )
+            self._handlers[spec.name] = spec
+        return spec
+
+    @property
+    def handlers(self) -> Mapping[str, HandlerSpec]:
+        """Registered handlers by job type (read-only view)."""
+        return MappingProxyType(self._handlers)
+
+    # -- enqueue -----------------------------------------------------------------------------
+    def _prepare(self, request: EnqueueRequest, now: datetime) -> NewJob:
+        spec = self._handlers.get(request.job_type) if isinstance(request.job_type, str) else None
+        queue = request.queue if request.queue is not None else (spec.queue if spec and spec.queue else self.default_queue)
+        max_attempts = request.max_attempts
+        if max_attempts is None:
+            max_attempts = spec.max_attempts if spec and spec.max_attempts is not None else self.default_max_attempts
+        return prepare_job(
+            request.job_type,
+            request.payload,
+            now=now,
+            queue=queue,
+            priority=request.priority,
+            run_at=request.run_at,
+            delay=request.delay,
+            max_attempts=max_attempts,
+            idempotency_key=request.idempotency_key,
+            max_payload_bytes=self.max_payload_bytes,
+        )
+
+    def _notify_after_commit(self, connection: Any, jobs: Sequence[Job]) -> None:
+        if not jobs:
+            return
+        jobs = list(jobs)
+
+        def notify() -> None:
+            try:
+                self.dispatcher.notify(jobs)
+            except Exception:  # noqa: BLE001 - the job is committed; a poll or sweep will find it
+                logger.exception(
+                    "dispatcher notify failed for %d job(s) (ids %s...); they are stored and will be found by the next poll or sweep",
+                    len(jobs), [j.id for j in jobs[:5]],
+                )
+
+        self.repository.on_commit(connection, notify)
+
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        connection: Any = None,
+    ) -> EnqueueResult:
+        """Store one job and tell the dispatcher after commit.
+
+        Args:
+            job_type: handler name; need not be registered in this process (producers and
+                workers may be different programs).
+            payload: JSON-able arguments: canonical UTF-8 JSON of at most ``max_payload_bytes``
+                bytes; no NaN/Infinity, no NUL, no non-JSON types.
+            queue: default: the handler's queue if registered here, else ``default_queue``.
+            priority: 32-bit integer; higher runs first.
+            run_at: aware datetime to run at (naive is rejected); or ``delay`` in seconds (or a
+                timedelta) from now; not both.  Default: now.
+            max_attempts: 1-10,000; default: the handler's, else ``default_max_attempts``.
+            idempotency_key: 1-255 characters; an existing job with this key is returned
+                unchanged with ``created=False``.
+            connection: join this transaction (``app.transaction()``'s handle, or a SQLAlchemy
+                ``Connection``/``Session`` for SQL repositories); the dispatcher hears of the job
+                only after it commits, and a rollback leaves nothing.
+
+        Returns:
+            :class:`~tether.domain.job.EnqueueResult` (``.job``, ``.created``).
+
+        Raises:
+            ValidationError / PayloadError: naming the bad field; nothing written or published.
+            StorageUnavailable: the repository could not be reached; nothing written.
+        """
+        request = EnqueueRequest(job_type, payload, queue, priority, run_at, delay, max_attempts, idempotency_key)
+        now = self.clock.now()
+        new_job = self._prepare(request, now)
+        result = self.repository.enqueue(new_job, now=now, connection=connection)
+        if result.created:
+            self._notify_after_commit(connection, [result.job])
+        return result
+
+    def enqueue_many(self, requests: Iterable[EnqueueRequest], *, connection: Any = None) -> list[EnqueueResult]:
+        """Store several jobs, all or none; results in input order.
+
+        Every request is validated before anything is written; a bad one raises with the field
+        named ``requests[i].<field>``.  Idempotency keys work as in :meth:`enqueue` (a key repeated
+        inside the batch yields the first job, ``created=False``).  One notification after commit.
+
+        Raises:
+            ValidationError / PayloadError, StorageUnavailable: as :meth:`enqueue`.
+        """
+        requests = list(requests)
+        now = self.clock.now()
+        new_jobs: list[NewJob] = []
+        for i, request in enumerate(requests):
+            if not isinstance(request, EnqueueRequest):
+                raise ValidationError(f"requests[{i}]", f"must be an EnqueueRequest, got {type(request).__name__}")
+            try:
+                new_jobs.append(self._prepare(request, now))
+            except ValidationError as exc:
+                raise type(exc)(f"requests[{i}].{exc.field}", exc.problem) from None
+        if not new_jobs:
+            return []
+        results = self.repository.enqueue_many(new_jobs, now=now, connection=connection)
+        self._notify_after_commit(connection, [r.job for r in results if r.created])
+        return results
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """The repository's own unit of work: ``with app.transaction() as tx: app.enqueue(..., connection=tx)``.
+        Commits when the block ends normally; rolls back (nothing stored, nothing notified) if it raises."""
+        return self.repository.transaction()
+
+    # -- reading and administration ----------------------------------------------------------
+    def get(self, job_id: int) -> Job:
+        """The job with this id.  Raises JobNotFound, ValidationError (not a positive integer)."""
+        return self.repository.get(validate_int(job_id, "job_id", 1, 2**63 - 1))
+
+    def list(
+        self,
+        status: JobStatus | str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Job]:
+        """Jobs by ascending id, filtered by status (a JobStatus or its value) and queue.
+
+        Raises:
+            ValidationError: an unknown status, a bad queue name, limit outside 0-10,000, offset < 0.
+        """
+        return self.repository.list_jobs(
+            status=_status(status),
+            queue=validate_queue(queue) if queue is not None else None,
+            limit=validate_int(limit, "limit", 0, 10_000),
+            offset=validate_int(offset, "offset", 0, 2**63 - 1),
+        )
+
+    def counts(self, queue: str | None = None) -> dict[JobStatus, int]:
+        """How many jobs are in each status (every status present), in one queue or all."""
+        return self.repository.count_by_status(queue=validate_queue(queue) if queue is not None else None)
+
+    def retry(self, job_id: int) -> Job:
+        """Manual retry: a dead job back to ``queued`` now, attempts reset to 0.
+
+        Raises:
+            JobNotFound; InvalidTransition: the job is not dead.
+        """
+        job = self.repository.retry_dead(validate_int(job_id, "job_id", 1, 2**63 - 1), now=self.clock.now())
+        self._notify_after_commit(None, [job])
+        return job
+
+    def purge(self, older_than: datetime | timedelta) -> int:
+        """Delete completed and dead jobs that finished before ``older_than`` (an aware datetime,
+        or a timedelta meaning that long ago); returns how many.  Their idempotency keys become
+        free again.  Raises ValidationError for anything else."""
+        return purge_finished(self.repository, self.clock, older_than)
+
+    def reap(self) -> builtins.list[Job]:
+        """One reaper pass now: running jobs whose lease expired go to ``retrying`` (or ``dead``
+        when out of attempts); returns them as written."""
+        return Reaper(self.repository, self.clock, self.dispatcher).run_once()
+
+    # -- workers -----------------------------------------------------------------------------
+    def worker(
+        self,
+        concurrency: int = 4,
+        queues: Sequence[str] | None = None,
+        lease_timeout: float = 900.0,
+        heartbeat_interval: float | None = None,
+        reap_interval: float = 30.0,
+        drain_timeout: float = 30.0,
+        worker_id: str | None = None,
+        max_wait: float = 1.0,
+    ) -> WorkerPool:
+        """A worker pool running this app's handlers (see :class:`~tether.entrypoints.worker.WorkerPool`
+        for every argument).  Call ``.run()`` to block (SIGINT/SIGTERM stop it gracefully) or
+        ``.start()`` / ``.stop()`` to run it in the background.  Raises ValidationError."""
+        pool = WorkerPool(
+            repository=self.repository,
+            dispatcher=self.dispatcher,
+            clock=self.clock,
+            handlers=self.handlers,
+            retry_policy=self.retry_policy,
+            concurrency=concurrency,
+            queues=queues,
+            lease_timeout=lease_timeout,
+            heartbeat_interval=heartbeat_interval,
+            reap_interval=reap_interval,
+            drain_timeout=drain_timeout,
+            worker_id=worker_id,
+            max_wait=max_wait,
+        )
+        self._pools.append(pool)
+        return pool
+
+    def close(self) -> None:
+        """Stop this app's running worker pools (with their drain timeouts), then close the
+        dispatcher and the repository.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for pool in self._pools:
+            pool.stop()
+        for close in (self.dispatcher.close, self.repository.close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - closing must get through every resource
+                logger.exception("error while closing %r", close)
+
+    def __enter__(self) -> "Tether":
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _status(value: JobStatus | str | None) -> JobStatus | None:
+    if value is None or isinstance(value, JobStatus):
+        return value
+    try:
+        return JobStatus(value)
+    except ValueError:
+        raise ValidationError("status", f"{value!r} is not one of {[s.value for s in JobStatus]}") from None
+
+
+__all__ = ["EnqueueRequest", "JobContext", "Tether", "WorkerPool", "WorkerStats"]

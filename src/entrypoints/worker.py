@@ -1,1 +1,597 @@
-"""(being built)"""
+"""The worker pool: N handler threads fed by one acquiring loop, plus heartbeats and the reaper.
+
+Threads of one :class:`WorkerPool`:
+
+- ``tether-acquire``: asks the dispatcher for as many jobs as there are free handler threads
+  (``acquire(limit=free, ...)``) and hands each to a handler thread.  Storage trouble
+  (``StorageUnavailable`` or any other error from the dispatcher) is logged at most about once a
+  second and retried with a bounded exponential backoff (0.05 s doubling to 5 s).
+- ``tether-worker-<i>`` (``concurrency`` of them): run one job at a time.  Every outcome is one
+  fenced write: ``complete``; ``fail`` with a backoff from the retry policy (``retrying``) or
+  ``dead`` when attempts are used up or the handler raised
+  :class:`~tether.domain.errors.PermanentError`; ``dead`` at once for a job type with no handler.
+  Any exception (even one that cannot be printed, case C18) becomes a bounded ``last_error``
+  through :func:`~tether.domain.failure.describe_failure`.  A ``LeaseLost`` answer is logged and
+  counted, never raised: the job belongs to someone else now.  Failure hooks run after the
+  failure is persisted; their errors are logged and swallowed (case C17).
+- ``tether-heartbeat``: every ``heartbeat_interval`` seconds extends every held lease to
+  ``now + lease_timeout``.  A refused heartbeat cancels that job's context.
+- ``tether-maintenance``: the reaper every ``reap_interval`` seconds, and the dispatcher's upkeep.
+
+Shutdown (:meth:`WorkerPool.stop`, or SIGINT/SIGTERM under :meth:`WorkerPool.run`): no lease is
+taken after the request (jobs a lease query returned at that very moment are released unstarted);
+in-flight jobs get ``drain_timeout`` seconds to finish; past that their contexts are cancelled and
+their jobs released under the fence (``queued``, due now, lease cleared, the attempt given back)
+so another worker can lease them at once (case C16).  Whatever a released handler does afterwards
+is not recorded.  A second signal during the drain ends the drain at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import random
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from types import FrameType
+from typing import Any, TypeVar
+
+import attrs
+
+from tether.domain import transitions
+from tether.domain.errors import LeaseLost, PermanentError, StorageUnavailable, ValidationError
+from tether.domain.failure import describe_failure, sanitize_text
+from tether.domain.job import Job, JobStatus
+from tether.domain.retry import RetryPolicy
+from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
+from tether.entrypoints.context import JobContext
+from tether.entrypoints.handlers import HandlerSpec
+from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
+from tether.ports.clock import Clock
+from tether.ports.dispatcher import Dispatcher
+from tether.ports.repository import JobRepository
+
+logger = logging.getLogger("tether.worker")
+
+_T = TypeVar("_T")
+
+#: Backoff after a failed lease query, in seconds: doubles from the first to the second value.
+ACQUIRE_BACKOFF = (0.05, 5.0)
+#: How long the pool keeps retrying a complete/fail write that hit ``StorageUnavailable``, in
+#: seconds, at most (never past the lease expiry: after that the reaper owns the job).
+WRITE_RETRY_SECONDS = 30.0
+#: How often :meth:`WorkerPool.run` checks for a stop request or idleness, in seconds.
+RUN_POLL_SECONDS = 0.1
+
+
+def default_worker_id() -> str:
+    """``"<hostname>-<pid>-<6 hex>"``: the random suffix is new at every start, so a restarted
+    worker never shares an id with its previous run (case C03; the id is still no fence)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@attrs.frozen
+class WorkerStats:
+    """What a pool did so far (counts of jobs).
+
+    Attributes:
+        completed: jobs completed.
+        failed: failed attempts sent to ``retrying``.
+        dead: jobs sent to ``dead`` (attempts used up, PermanentError, unknown job type).
+        lease_lost: writes refused by the fence (complete, fail, heartbeat, release).
+        released: jobs handed back at shutdown.
+        reaped: expired leases taken back by this pool's reaper (any worker's).
+    """
+
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+    lease_lost: int = 0
+    released: int = 0
+    reaped: int = 0
+
+
+class _RateLimitedLog:
+    """Logs at most one line per ``period`` seconds per key; counts the lines it held back."""
+
+    def __init__(self, log: logging.Logger, period: float = 1.0) -> None:
+        self._log = log
+        self._period = period
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str, level: int, message: str, *args: Any, exc_info: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -self._period) < self._period:
+                self._held[key] = self._held.get(key, 0) + 1
+                return
+            self._last[key] = now
+            held = self._held.pop(key, 0)
+        if held:
+            message += f" ({held} similar messages suppressed)"
+        self._log.log(level, message, *args, exc_info=exc_info)
+
+
+class _Running:
+    """A job held by a handler thread."""
+
+    def __init__(self, job: Job, ctx: JobContext) -> None:
+        self.job = job
+        self.ctx = ctx
+        self.token: str = ctx.token
+        self.lock = threading.Lock()
+        self.finishing = False  # the handler returned; its outcome is being written
+        self.released = False  # handed back at shutdown; nothing more is written for it
+
+
+class WorkerPool:
+    """Runs handlers for leased jobs on ``concurrency`` threads.  Build it with :meth:`Tether.worker`.
+
+    Args:
+        repository, dispatcher, clock: the ports.
+        handlers: job type -> :class:`HandlerSpec` (read at each job, so later registrations count).
+        retry_policy: backoff of failed attempts.
+        concurrency: handler threads (1-1024).
+        queues: queue names to take jobs from, or None for all queues.
+        lease_timeout: seconds a lease lasts without a heartbeat (> 0).
+        heartbeat_interval: seconds between heartbeats (> 0, < lease_timeout); default
+            ``lease_timeout / 3``.
+        reap_interval: seconds between reaper passes (> 0).
+        drain_timeout: seconds in-flight jobs get to finish at shutdown (>= 0).
+        worker_id: 1-200 printable characters; default :func:`default_worker_id`.
+        max_wait: longest single wait for work in the dispatcher, in seconds (>= 0).
+
+    Raises:
+        ValidationError: naming the bad argument.
+    """
+
+    def __init__(
+        self,
+        *,
+        repository: JobRepository,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        handlers: Mapping[str, HandlerSpec],
+        retry_policy: RetryPolicy | None = None,
+        concurrency: int = 4,
+        queues: Sequence[str] | None = None,
+        lease_timeout: float = 900.0,
+        heartbeat_interval: float | None = None,
+        reap_interval: float = 30.0,
+        drain_timeout: float = 30.0,
+        worker_id: str | None = None,
+        max_wait: float = 1.0,
+    ) -> None:
+        self.repository = repository
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.handlers = handlers
+        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
+        self.concurrency = validate_int(concurrency, "concurrency", 1, 1024)
+        if queues is not None:
+            if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
+                raise ValidationError("queues", f"must be a non-empty list of queue names or None, got {queues!r}")
+            queues = list(dict.fromkeys(validate_queue(q, f"queues[{i}]") for i, q in enumerate(queues)))
+        self.queues: list[str] | None = queues
+        self.lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        if heartbeat_interval is None:
+            heartbeat_interval = self.lease_timeout / 3
+        self.heartbeat_interval = validate_seconds(heartbeat_interval, "heartbeat_interval", allow_zero=False)
+        if self.heartbeat_interval >= self.lease_timeout:
+            raise ValidationError(
+                "heartbeat_interval", f"must be shorter than lease_timeout ({self.lease_timeout} s), got {self.heartbeat_interval}"
+            )
+        self.reap_interval = validate_seconds(reap_interval, "reap_interval", allow_zero=False)
+        self.drain_timeout = validate_seconds(drain_timeout, "drain_timeout")
+        self.max_wait = validate_seconds(max_wait, "max_wait")
+        self.worker_id = validate_worker_id(worker_id) if worker_id is not None else default_worker_id()
+
+        self._lock = threading.Condition()
+        self._running: dict[int, _Running] = {}
+        self._busy = 0  # jobs handed to handler threads and not finished yet
+        self._stats: dict[str, int] = dict.fromkeys(attrs.fields_dict(WorkerStats), 0)
+        self._stopping = threading.Event()  # no more leases
+        self._stop_requested = threading.Event()  # run(): a signal or stop() asked to stop
+        self._cut_drain = threading.Event()  # end the drain now (second signal)
+        self._inbox: queue_module.Queue[_Running | None] = queue_module.Queue()
+        self._heartbeat_stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._started = False
+        self._stopped = False
+        self._stop_lock = threading.Lock()
+        self._ratelog = _RateLimitedLog(logger)
+        self._maintenance = MaintenanceLoop(
+            Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
+        )
+
+    # -- public ------------------------------------------------------------------------------
+    @property
+    def stats(self) -> WorkerStats:
+        """A snapshot of the counts so far (see :class:`WorkerStats`)."""
+        with self._lock:
+            counts = dict(self._stats)
+        counts["reaped"] = self._maintenance.reaped
+        return WorkerStats(**counts)
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs leased by this pool and not finished yet."""
+        with self._lock:
+            return self._busy
+
+    @property
+    def stopping(self) -> bool:
+        """True once shutdown began (no more leases)."""
+        return self._stopping.is_set()
+
+    def start(self) -> None:
+        """Start the threads and return at once.
+
+        Raises:
+            RuntimeError: the pool was started before (a pool runs once).
+        """
+        with self._stop_lock:
+            if self._started:
+                raise RuntimeError("this WorkerPool was already started; build a new one with app.worker()")
+            self._started = True
+        logger.info(
+            "worker %s starting: %d threads, queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s",
+            self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
+            self.heartbeat_interval, self.reap_interval,
+        )
+        for i in range(self.concurrency):
+            self._spawn(self._handler_loop, f"tether-worker-{i}")
+        self._spawn(self._heartbeat_loop, "tether-heartbeat")
+        self._spawn(self._acquire_loop, "tether-acquire")
+        self._maintenance.start()
+
+    def stop(self, drain_timeout: float | None = None) -> WorkerStats:
+        """Shut down: stop leasing now, give in-flight jobs ``drain_timeout`` seconds (default: the
+        pool's), then cancel and release the rest under the fence.  Idempotent; returns the stats.
+
+        Handler threads still busy after their job was released are daemon threads: they do not
+        keep the process alive.
+        """
+        drain = self.drain_timeout if drain_timeout is None else validate_seconds(drain_timeout, "drain_timeout")
+        with self._stop_lock:
+            if self._stopped or not self._started:
+                self._stopped = True
+                self._stopping.set()
+                return self.stats
+            self._stopped = True
+        self._stopping.set()
+        self._stop_requested.set()
+        self.dispatcher.wake()
+        logger.info("worker %s stopping: no new leases; draining %d jobs for up to %.1f s", self.worker_id, self.in_flight, drain)
+        deadline = time.monotonic() + drain
+        self._join("tether-acquire", timeout=max(self.max_wait, 1.0) + 5.0)
+        with self._lock:
+            while self._busy and not self._cut_drain.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(min(remaining, 0.1))
+            leftovers = list(self._running.values())
+        for entry in leftovers:
+            self._release(entry)
+        for _ in range(self.concurrency):
+            self._inbox.put(None)
+        self._heartbeat_stop.set()
+        self._maintenance.stop()
+        # Handler threads whose job was released may still be inside a handler that ignores
+        # cancellation; they are daemon threads, so wait only briefly.
+        join_deadline = time.monotonic() + 1.0
+        for thread in self._threads:
+            if thread.name == "tether-heartbeat":
+                thread.join(5.0)
+            elif thread.name.startswith("tether-worker-"):
+                thread.join(max(join_deadline - time.monotonic(), 0.0))
+        stats = self.stats
+        logger.info("worker %s stopped: %s", self.worker_id, stats)
+        return stats
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to shut down (what SIGINT/SIGTERM do); safe from a signal handler.
+        A second request during the drain ends the drain at once."""
+        if self._stop_requested.is_set():
+            self._cut_drain.set()
+        self._stop_requested.set()
+
+    def run(self, stop_when_idle: bool = False, install_signal_handlers: bool = True) -> WorkerStats:
+        """Start, block until asked to stop, then shut down as :meth:`stop` does.
+
+        Args:
+            stop_when_idle: also stop once no job of this pool's queues is ``queued``,
+                ``retrying`` (due or not) or ``running`` (checked with ``count_by_status``).
+            install_signal_handlers: handle SIGINT/SIGTERM as a stop request (only when called on
+                the main thread; the previous handlers are restored on return).
+
+        Returns:
+            the final :class:`WorkerStats`.
+        """
+        previous: dict[signal.Signals, Any] = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            self.start()
+            while not self._stop_requested.wait(RUN_POLL_SECONDS):
+                if stop_when_idle and self._idle():
+                    logger.info("worker %s: no job left in its queues; stopping", self.worker_id)
+                    break
+            return self.stop()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)  # type: ignore[arg-type]
+
+    # -- threads -----------------------------------------------------------------------------
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _join(self, name: str, timeout: float) -> None:
+        for thread in self._threads:
+            if thread.name == name and thread is not threading.current_thread():
+                thread.join(timeout)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only set events here: a signal handler must not take locks the main thread may hold.
+        self.request_stop()
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._stats[key] += n
+
+    def _idle(self) -> bool:
+        try:
+            queues: Sequence[str | None] = self.queues if self.queues is not None else [None]
+            for name in queues:
+                counts = self.repository.count_by_status(queue=name)
+                if counts[JobStatus.QUEUED] or counts[JobStatus.RETRYING] or counts[JobStatus.RUNNING]:
+                    return False
+        except Exception:  # noqa: BLE001 - unknown means not idle
+            self._ratelog("idle", logging.WARNING, "worker %s: could not count jobs", self.worker_id, exc_info=True)
+            return False
+        return self.in_flight == 0
+
+    def _acquire_loop(self) -> None:
+        backoff = 0.0
+        while not self._stopping.is_set():
+            with self._lock:
+                while self._busy >= self.concurrency and not self._stopping.is_set():
+                    self._lock.wait(0.5)
+                free = self.concurrency - self._busy
+            if self._stopping.is_set():
+                break
+            try:
+                jobs = self.dispatcher.acquire(
+                    queues=self.queues,
+                    worker_id=self.worker_id,
+                    limit=free,
+                    lease_timeout=self.lease_timeout,
+                    max_wait=self.max_wait,
+                )
+                backoff = 0.0
+            except Exception as exc:  # noqa: BLE001 - the loop must survive any storage trouble
+                backoff = min(max(backoff * 2, ACQUIRE_BACKOFF[0]), ACQUIRE_BACKOFF[1])
+                self._ratelog(
+                    "acquire", logging.WARNING if isinstance(exc, StorageUnavailable) else logging.ERROR,
+                    "worker %s: lease query failed (%s); retrying in %.2f s", self.worker_id, describe_failure(exc, 500),
+                    backoff, exc_info=not isinstance(exc, StorageUnavailable),
+                )
+                self._stopping.wait(backoff * (0.5 + random.random() / 2))
+                continue
+            for job in jobs:
+                if self._stopping.is_set():
+                    # Leased while shutdown began: hand it straight back, unstarted.
+                    self._release_unstarted(job)
+                    continue
+                ctx = JobContext(
+                    job, repository=self.repository, clock=self.clock, lease_timeout=self.lease_timeout, worker_id=self.worker_id
+                )
+                entry = _Running(job, ctx)
+                with self._lock:
+                    self._running[job.id] = entry
+                    self._busy += 1
+                self._inbox.put(entry)
+
+    def _handler_loop(self) -> None:
+        while True:
+            entry = self._inbox.get()
+            if entry is None:
+                return
+            try:
+                self._process(entry)
+            except BaseException:  # noqa: BLE001 - one job never kills the thread (C18)
+                logger.exception("worker %s: unexpected error while processing job %s", self.worker_id, entry.job.id)
+            finally:
+                with self._lock:
+                    if self._running.get(entry.job.id) is entry:
+                        del self._running[entry.job.id]
+                    self._busy -= 1
+                    self._lock.notify_all()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._heartbeat_stop.wait(self.heartbeat_interval):
+            with self._lock:
+                entries = list(self._running.values())
+            for entry in entries:
+                with entry.lock:
+                    if entry.finishing or entry.released:
+                        continue
+                    try:
+                        entry.ctx.job = self.repository.heartbeat(
+                            entry.job.id, entry.token, now=self.clock.now(), lease_timeout=self.lease_timeout
+                        )
+                    except LeaseLost:
+                        entry.ctx.mark_lease_lost()
+                        self._count("lease_lost")
+                        logger.warning(
+                            "worker %s: heartbeat refused for job %s: lease lost (the reaper or another worker took it); "
+                            "the handler's context is cancelled and its outcome will not be recorded",
+                            self.worker_id, entry.job.id,
+                        )
+                    except Exception as exc:  # noqa: BLE001 - retry at the next beat
+                        self._ratelog(
+                            "heartbeat", logging.WARNING, "worker %s: heartbeat of job %s failed (%s); retrying next beat",
+                            self.worker_id, entry.job.id, describe_failure(exc, 500),
+                        )
+
+    # -- one job -----------------------------------------------------------------------------
+    def _process(self, entry: _Running) -> None:
+        job, ctx = entry.job, entry.ctx
+        if entry.released:  # released at shutdown before this thread picked it up
+            return
+        spec = self.handlers.get(job.job_type)
+        if spec is None:
+            error = (
+                f"UnknownJobType: no handler is registered for job type {job.job_type!r} in worker {self.worker_id} "
+                f"(it knows {sorted(self.handlers)[:20]}); register it with @app.handler({job.job_type!r}) and "
+                f"retry the job"
+            )
+            if self._begin_finish(entry):
+                written = self._write(entry, "dead_letter", lambda: self.repository.dead_letter(job.id, entry.token, now=self.clock.now(), error=error))
+                if written is not None:
+                    self._count("dead")
+                    logger.error("worker %s: job %s sent to dead: %s", self.worker_id, job.id, error)
+            return
+
+        try:
+            payload = job.payload
+            if spec.takes_context:
+                spec.func(payload, ctx)
+            else:
+                spec.func(payload)
+        except BaseException as exc:  # noqa: BLE001 - any handler error is the job's failure
+            self._on_failure(entry, spec, exc)
+            return
+        if not self._begin_finish(entry):
+            logger.info("worker %s: job %s returned after it was released or lost; result not recorded", self.worker_id, job.id)
+            return
+        written = self._write(entry, "complete", lambda: self.repository.complete(job.id, entry.token, now=self.clock.now()))
+        if written is not None:
+            self._count("completed")
+
+    def _on_failure(self, entry: _Running, spec: HandlerSpec, exc: BaseException) -> None:
+        job = entry.job
+        error = describe_failure(exc)
+        if not self._begin_finish(entry):
+            logger.info(
+                "worker %s: job %s failed after it was released or lost; not recorded: %s", self.worker_id, job.id, error[:500]
+            )
+            return
+        now = self.clock.now()
+        permanent = isinstance(exc, PermanentError)
+        retry_at: datetime | None = transitions.next_retry_at(
+            job, now=now, policy=self.retry_policy, r=random.random(), permanent=permanent
+        )
+        written = self._write(
+            entry, "fail", lambda: self.repository.fail(job.id, entry.token, now=self.clock.now(), error=error, retry_at=retry_at)
+        )
+        if written is None:
+            return
+        if written.status is JobStatus.DEAD:
+            self._count("dead")
+            logger.warning(
+                "worker %s: job %s (%s) is dead after attempt %d/%d%s: %s",
+                self.worker_id, job.id, job.job_type, written.attempts, written.max_attempts,
+                " (permanent error)" if permanent else "", sanitize_text(error, 500),
+            )
+        else:
+            self._count("failed")
+            logger.info(
+                "worker %s: job %s (%s) failed attempt %d/%d, retrying at %s: %s",
+                self.worker_id, job.id, job.job_type, written.attempts, written.max_attempts,
+                written.scheduled_at.isoformat(), sanitize_text(error, 500),
+            )
+        if spec.on_failure is not None:
+            try:
+                spec.on_failure(written, exc)
+            except BaseException:  # noqa: BLE001 - a hook can never stop the worker (C17)
+                logger.exception("worker %s: on_failure hook of %s raised for job %s (ignored)", self.worker_id, spec.name, job.id)
+
+    def _begin_finish(self, entry: _Running) -> bool:
+        """Claim the right to write the job's outcome; False if shutdown released it or the lease is lost."""
+        with entry.lock:
+            if entry.released or entry.ctx.lease_lost:
+                return False
+            entry.finishing = True
+            return True
+
+    def _write(self, entry: _Running, what: str, write: Callable[[], _T]) -> _T | None:
+        """Run one fenced write, retrying ``StorageUnavailable`` while the lease may still be held.
+        Returns the write's result, or None when it was refused (LeaseLost) or given up."""
+        job = entry.job
+        deadline = time.monotonic() + WRITE_RETRY_SECONDS
+        expires = entry.ctx.job.lease_expires_at
+        delay = 0.05
+        while True:
+            try:
+                return write()
+            except LeaseLost:
+                self._count("lease_lost")
+                logger.warning(
+                    "worker %s: %s of job %s refused: lease lost (the reaper or another worker took it); nothing written",
+                    self.worker_id, what, job.id,
+                )
+                return None
+            except StorageUnavailable as exc:
+                past_lease = expires is not None and self.clock.now() >= expires
+                if time.monotonic() >= deadline or past_lease:
+                    logger.error(
+                        "worker %s: giving up %s of job %s (%s); the reaper will take the job back when its lease expires",
+                        self.worker_id, what, job.id, describe_failure(exc, 500),
+                    )
+                    return None
+                self._ratelog("write", logging.WARNING, "worker %s: %s of job %s failed (%s); retrying",
+                              self.worker_id, what, job.id, describe_failure(exc, 500))
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except Exception:  # noqa: BLE001 - e.g. a bug in an adapter: never kill the thread
+                logger.exception("worker %s: %s of job %s failed; the reaper will take the job back", self.worker_id, what, job.id)
+                return None
+
+    def _release(self, entry: _Running) -> None:
+        """Past the drain deadline: cancel the handler and hand the job back under the fence."""
+        with entry.lock:
+            if entry.finishing or entry.released:
+                return
+            entry.released = True
+            entry.ctx.cancel()
+            try:
+                self.repository.release(entry.job.id, entry.token, now=self.clock.now())
+            except LeaseLost:
+                self._count("lease_lost")
+                logger.warning("worker %s: release of job %s refused: lease already lost", self.worker_id, entry.job.id)
+                return
+            except Exception:  # noqa: BLE001 - the reaper takes it back at lease expiry
+                logger.exception(
+                    "worker %s: could not release job %s; the reaper will take it back when its lease expires",
+                    self.worker_id, entry.job.id,
+                )
+                return
+        self._count("released")
+        logger.warning("worker %s: drain deadline passed; job %s cancelled and released back to its queue", self.worker_id, entry.job.id)
+
+    def _release_unstarted(self, job: Job) -> None:
+        if job.lease_token is None:  # pragma: no cover - a dispatcher only returns leased jobs
+            return
+        try:
+            self.repository.release(job.id, job.lease_token, now=self.clock.now())
+            self._count("released")
+        except LeaseLost:
+            self._count("lease_lost")
+        except Exception:  # noqa: BLE001
+            logger.exception("worker %s: could not release unstarted job %s; the reaper will take it back", self.worker_id, job.id)
+
+
+__all__ = ["WorkerPool", "WorkerStats", "default_worker_id"]

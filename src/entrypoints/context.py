@@ -1,0 +1,110 @@
+"""What a running handler may know and do about its own job: :class:`JobContext`.
+
+A handler declared as ``handler(payload, ctx)`` receives one; ``handler(payload)`` does not.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from tether.domain.errors import LeaseLost
+from tether.domain.job import Job
+from tether.ports.clock import Clock
+from tether.ports.repository import JobRepository
+
+
+class JobContext:
+    """The running job's view of its lease, and the cancellation signal.
+
+    Attributes:
+        job: the job as leased (``status`` running, ``attempts`` counting this attempt); replaced
+            by the refreshed job after each :meth:`heartbeat`.
+        worker_id: the id of the worker pool running it.
+
+    The context is *cancelled* when the worker shuts down and the drain deadline has passed
+    (the job is then released back to the queue and whatever the handler does next is not
+    recorded), or when the worker learns that the lease was lost (the reaper took the job back).
+    A long handler should check :attr:`cancelled` or use :meth:`sleep` between steps and return
+    promptly once cancelled.
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        repository: JobRepository,
+        clock: Clock,
+        lease_timeout: float,
+        worker_id: str,
+    ) -> None:
+        if job.lease_token is None:
+            raise ValueError(f"job {job.id} is not running under a lease")
+        self.job = job
+        self.worker_id = worker_id
+        self._token: str = job.lease_token
+        self._repository = repository
+        self._clock = clock
+        self._lease_timeout = lease_timeout
+        self._cancelled = threading.Event()
+        self._lease_lost = False
+
+    @property
+    def token(self) -> str:
+        """The fencing token of this attempt's lease."""
+        return self._token
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt this is, counted from 1 (``job.attempts``)."""
+        return self.job.attempts
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the handler should stop: shutdown past the drain deadline, or lease lost."""
+        return self._cancelled.is_set()
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once a heartbeat (the pool's or :meth:`heartbeat`) was refused by the fence."""
+        return self._lease_lost
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` seconds, or less if the context is cancelled meanwhile.
+
+        Returns:
+            True when the whole time passed; False when it returned early because of cancellation
+            (also at once when already cancelled).
+        """
+        return not self._cancelled.wait(max(float(seconds), 0.0))
+
+    def heartbeat(self) -> None:
+        """Extend this job's lease now to ``now + lease_timeout`` seconds.
+
+        The pool already heartbeats every ``heartbeat_interval`` seconds; call this only around a
+        step that could block the pool's heartbeats for longer than the lease.
+
+        Raises:
+            LeaseLost: the job is no longer running under this lease; stop working on it (the
+                context is cancelled as well).
+            StorageUnavailable: the repository could not be reached; the lease is unchanged.
+        """
+        try:
+            self.job = self._repository.heartbeat(
+                self.job.id, self._token, now=self._clock.now(), lease_timeout=self._lease_timeout
+            )
+        except LeaseLost:
+            self.mark_lease_lost()
+            raise
+
+    # -- used by the worker pool -------------------------------------------------------------
+    def cancel(self) -> None:
+        """Set :attr:`cancelled` (wakes a :meth:`sleep` at once)."""
+        self._cancelled.set()
+
+    def mark_lease_lost(self) -> None:
+        """Record that the fence refused this lease, and cancel."""
+        self._lease_lost = True
+        self._cancelled.set()
+
+
+__all__ = ["JobContext"]
