@@ -20,11 +20,13 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import attrs
 
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
+from tether.domain.timeutil import ensure_utc
 from tether.ports.repository import JobRepository
 
 
@@ -88,6 +90,9 @@ class InMemoryJobRepository(JobRepository):
         return job
 
     def _insert(self, new_job: NewJob, now: datetime, tx: MemoryTransaction | None) -> EnqueueResult:
+        scheduled_at = ensure_utc(new_job.scheduled_at, "scheduled_at")
+        if scheduled_at is not new_job.scheduled_at:
+            new_job = attrs.evolve(new_job, scheduled_at=scheduled_at)
         key = new_job.idempotency_key
         if key is not None:
             while True:
@@ -122,10 +127,12 @@ class InMemoryJobRepository(JobRepository):
 
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(self, new_job: NewJob, *, now: datetime, connection: Any = None) -> EnqueueResult:
+        now = ensure_utc(now, "now")
         with self._lock:
             return self._insert(new_job, now, self._tx(connection))
 
     def enqueue_many(self, new_jobs: Sequence[NewJob], *, now: datetime, connection: Any = None) -> list[EnqueueResult]:
+        now = ensure_utc(now, "now")
         if connection is not None:
             with self._lock:
                 tx = self._tx(connection)
@@ -191,6 +198,7 @@ class InMemoryJobRepository(JobRepository):
         return counts
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
+        now = ensure_utc(now, "now")
         with self._lock:
             due = [j for j in self._jobs.values() if j.is_due(now) and (queues is None or j.queue in queues)]
         due.sort(key=lease_order_key)
@@ -200,6 +208,7 @@ class InMemoryJobRepository(JobRepository):
     def lease(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
     ) -> list[Job]:
+        now = ensure_utc(now, "now")
         leased: list[Job] = []
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
@@ -225,6 +234,7 @@ class InMemoryJobRepository(JobRepository):
         return leased
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
+        now = ensure_utc(now, "now")
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or not job.is_due(now) or job.attempts >= job.max_attempts:
@@ -240,24 +250,31 @@ class InMemoryJobRepository(JobRepository):
             return job
 
     def complete(self, job_id: int, token: str, *, now: datetime) -> Job:
+        now = ensure_utc(now, "now")
         return self._apply(job_id, token, lambda j: transitions.complete(j, token=token, now=now))
 
     def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
+        now = ensure_utc(now, "now")
+        retry_at = None if retry_at is None else ensure_utc(retry_at, "retry_at")
         return self._apply(job_id, token, lambda j: transitions.fail(j, token=token, now=now, error=error, retry_at=retry_at))
 
     def dead_letter(self, job_id: int, token: str, *, now: datetime, error: str) -> Job:
+        now = ensure_utc(now, "now")
         return self._apply(job_id, token, lambda j: transitions.dead_letter(j, token=token, now=now, error=error))
 
     def heartbeat(self, job_id: int, token: str, *, now: datetime, lease_timeout: float) -> Job:
+        now = ensure_utc(now, "now")
         return self._apply(
             job_id, token, lambda j: transitions.heartbeat(j, token=token, now=now, lease_timeout=lease_timeout)
         )
 
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
+        now = ensure_utc(now, "now")
         return self._apply(job_id, token, lambda j: transitions.release(j, token=token, now=now))
 
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
+        now = ensure_utc(now, "now")
         reaped: list[Job] = []
         with self._lock:
             expired = sorted(
@@ -272,6 +289,7 @@ class InMemoryJobRepository(JobRepository):
         return reaped
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:
+        now = ensure_utc(now, "now")
         with self._lock:
             job = self.get(job_id)
             job = transitions.retry_dead(job, now=now)
@@ -279,6 +297,7 @@ class InMemoryJobRepository(JobRepository):
             return job
 
     def purge(self, *, older_than: datetime) -> int:
+        older_than = ensure_utc(older_than, "older_than")
         with self._lock:
             doomed = [
                 j

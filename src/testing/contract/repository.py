@@ -1,0 +1,37 @@
+"""The repository contract suite: one class any :class:`~tether.ports.repository.JobRepository` runs.
+
+An adapter author subclasses :class:`RepositoryContract` in a test module and supplies a
+function-scoped ``repository`` fixture that yields a fresh, empty repository (it may use the
+``clock`` fixture the class provides, a :class:`~tether.adapters.clock.FakeClock`)::
+
+    import pytest
+    from tether.testing.contract import RepositoryContract
+
+    class TestMyRepository(RepositoryContract):
+        @pytest.fixture
+        def repository(self, clock):
+            repo = MyJobRepository(...)
+            yield repo
+            repo.close()
+
+The suite covers the acceptance cases C01-C04, C09a, C10, C11-C15 and C21 of
+``shared/cases/README.md`` with their exact values, and the rest of the port: reads, lease limits
+and queue filters, lease-by-id, heartbeats, release, the reaper, manual retry, purge, token
+uniqueness and the time rule.  Every time comes from the fake clock.  Slow backends may lower the
+knobs documented on :class:`~tether.testing.contract.support.ContractSupport`
+(``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ...).
+"""
+
+from __future__ import annotations
+
+from tether.testing.contract.enqueue import EnqueueContract
+from tether.testing.contract.leases import LeaseContract
+from tether.testing.contract.reads import ReadContract
+from tether.testing.contract.retries import RetryContract
+
+
+class RepositoryContract(EnqueueContract, LeaseContract, RetryContract, ReadContract):
+    """The whole repository contract.  No ``Test`` prefix: pytest collects only your subclass."""
+
+
+__all__ = ["RepositoryContract"]
