@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Tether": "tether.entrypoints.service",
+    "connect": "tether.entrypoints.container",
     "Job": "tether.domain.job",
     "JobStatus": "tether.domain.job",
     "EnqueueResult": "tether.domain.job",

@@ -1,0 +1,521 @@
+"""The ``tether`` command line (Typer + rich).
+
+Commands: ``worker``, ``enqueue``, ``jobs list``, ``jobs show``, ``retry``, ``purge``, ``reap``,
+``db init``, ``demo``.  Each command that touches jobs takes ``--database-url``, ``--redis-url``
+and ``--schema`` (environment: ``TETHER_DATABASE_URL``, ``TETHER_REDIS_URL``, ``TETHER_SCHEMA``;
+a flag beats its variable, a variable beats the default; see :mod:`tether.entrypoints.settings`).
+
+Errors: bad input (a :class:`~tether.domain.errors.TetherError` such as ValidationError,
+ConfigurationError, JobNotFound or InvalidTransition, an unparsable ``--payload``, or a flag
+Typer rejects) prints one line, ``tether: error: <field>: <problem>``, on stderr and exits with
+code 2; nothing is written.  The store being unreachable (StorageUnavailable) exits with 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError, ValidationError
+from tether.domain.job import Job, JobStatus
+from tether.domain.validation import prepare_job
+from tether.entrypoints.settings import Settings, env_name
+
+if TYPE_CHECKING:
+    from tether.entrypoints.service import Tether
+
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 1
+
+stdout = Console(highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    """Print ``tether: error: message`` on one line of stderr and exit with ``code``."""
+    text = " ".join(str(message).split())
+    print(f"tether: error: {text}", file=sys.stderr)
+    sys.exit(code)
+
+
+class _OneLineErrors(TyperGroup):
+    """The root command group: every error ends as one line on stderr and an exit code.
+
+    Typer's default draws a box around usage errors; scripts and people both read a single
+    ``tether: error: ...`` line better.  Exit codes: 0 done, 1 failed (store unavailable, demo
+    not as designed), 2 bad input, 130 interrupted.
+    """
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            _fail("aborted", 1)
+        except StorageUnavailable as exc:
+            _fail(str(exc), EXIT_UNAVAILABLE)
+        except TetherError as exc:
+            _fail(str(exc))
+        except typer.TyperException as exc:  # click's UsageError / BadParameter and friends
+            _fail(exc.format_message(), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+        code = result if isinstance(result, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(
+    name="tether",
+    cls=_OneLineErrors,
+    help="Tether: a durable background-job queue. Accepted jobs are never lost; a worker that lost its lease can never change a job.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+jobs_app = typer.Typer(help="Look at jobs.", no_args_is_help=True, rich_markup_mode=None)
+db_app = typer.Typer(help="Create the database tables.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(db_app, name="db")
+
+
+# -- shared options ---------------------------------------------------------------------------
+DatabaseUrl = Annotated[
+    Optional[str],
+    typer.Option(
+        "--database-url",
+        envvar=env_name("database_url"),
+        help="Where jobs live: memory://, sqlite:///path.db or postgresql+psycopg://user@host/db. [default: sqlite:///tether.db]",
+    ),
+]
+RedisUrl = Annotated[
+    Optional[str],
+    typer.Option("--redis-url", envvar=env_name("redis_url"), help="Redis URL for Redis Streams dispatch. [default: none, poll the database]"),
+]
+Schema = Annotated[
+    Optional[str],
+    typer.Option("--schema", envvar=env_name("schema"), help="Database schema holding Tether's tables (PostgreSQL)."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _settings(**overrides: Any) -> Settings:
+    """Settings from the given flags (already merged with their env vars by Typer), then the
+    remaining ``TETHER_*`` variables, then defaults."""
+    return Settings.load(overrides)
+
+
+@contextmanager
+def _open(settings: Settings) -> Iterator["Tether"]:
+    from tether.entrypoints.container import from_settings
+
+    tether_app = from_settings(settings)
+    try:
+        yield tether_app
+    finally:
+        tether_app.close()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """A JSON-ready view of ``job`` (payload decoded, times ISO 8601 UTC, status as text)."""
+    return {
+        "id": job.id,
+        "job_type": job.job_type,
+        "queue": job.queue,
+        "status": job.status.value,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "scheduled_at": _iso(job.scheduled_at),
+        "created_at": _iso(job.created_at),
+        "finished_at": _iso(job.finished_at),
+        "idempotency_key": job.idempotency_key,
+        "leased_by": job.leased_by,
+        "lease_expires_at": _iso(job.lease_expires_at),
+        "last_error": job.last_error,
+        "payload": job.payload,
+    }
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _short_time(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+def parse_payload(text: str) -> Any:
+    """The ``--payload`` text as JSON.  Raises ValidationError(``payload``) if it does not parse."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError("payload", f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def parse_run_at(text: str | None) -> datetime | None:
+    """``--run-at`` as an aware datetime (ISO 8601 with an offset or ``Z``).
+
+    Raises ValidationError(``run_at``): unparsable, or without a UTC offset.
+    """
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValidationError("run_at", f"{text!r} is not an ISO 8601 date-time such as 2026-05-01T09:30:00Z") from None
+    if value.tzinfo is None:
+        raise ValidationError("run_at", f"{text!r} has no UTC offset; add one, e.g. {text}Z or {text}+02:00")
+    return value
+
+
+# -- commands ---------------------------------------------------------------------------------
+@app.command()
+def enqueue(
+    job_type: Annotated[str, typer.Argument(help="The job type (the handler's name), e.g. emails.send.")],
+    payload: Annotated[str, typer.Option("--payload", "-p", help="The payload as JSON.")] = "{}",
+    queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue name. [default: default]")] = None,
+    priority: Annotated[int, typer.Option("--priority", help="Higher runs first.")] = 0,
+    delay: Annotated[Optional[float], typer.Option("--delay", help="Run no sooner than this many seconds from now.")] = None,
+    run_at: Annotated[Optional[str], typer.Option("--run-at", help="Run no sooner than this ISO 8601 time with offset, e.g. 2026-05-01T09:30:00Z.")] = None,
+    max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", help="Leases allowed in all (1-10,000). [default: 3]")] = None,
+    idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")] = None,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
+    """Enqueue one job."""
+    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    value = parse_payload(payload)
+    when = parse_run_at(run_at)
+    # Check every field before the store is opened, so bad input leaves no file behind.
+    from tether.domain.timeutil import UTC
+
+    prepare_job(
+        job_type,
+        value,
+        now=datetime.now(UTC),
+        queue=queue if queue is not None else "default",
+        priority=priority,
+        run_at=when,
+        delay=delay,
+        max_attempts=max_attempts if max_attempts is not None else 1,
+        idempotency_key=idempotency_key,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+    with _open(settings) as tether_app:
+        result = tether_app.enqueue(
+            job_type,
+            value,
+            queue=queue,
+            priority=priority,
+            run_at=when,
+            delay=delay,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+        )
+    job = result.job
+    if as_json:
+        _print_json({"created": result.created, "job": job_to_dict(job)})
+    elif result.created:
+        stdout.print(f"enqueued job {job.id} ({job.job_type} on queue {job.queue}, due {_short_time(job.scheduled_at)} UTC)")
+    else:
+        stdout.print(f"job {job.id} already holds idempotency key {job.idempotency_key!r} ({job.status.value}); nothing enqueued")
+
+
+@jobs_app.command("list")
+def jobs_list(
+    status: Annotated[Optional[JobStatus], typer.Option("--status", "-s", help="Only jobs in this status.", case_sensitive=False)] = None,
+    queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Only jobs in this queue.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000, help="At most this many jobs.")] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many jobs first.")] = 0,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
+    """List jobs by ascending id, with counts by status."""
+    from tether.domain.validation import validate_queue
+
+    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    if queue is not None:
+        validate_queue(queue)
+    with _open(settings) as tether_app:
+        jobs = tether_app.list(status=status, queue=queue, limit=limit, offset=offset)
+        counts = tether_app.counts(queue=queue)
+    if as_json:
+        _print_json({"counts": {s.value: counts.get(s, 0) for s in JobStatus}, "jobs": [job_to_dict(j) for j in jobs]})
+        return
+    table = Table(title=f"{len(jobs)} job(s)" + (f" in queue {queue}" if queue else ""), title_justify="left")
+    for column in ("id", "type", "queue", "status", "attempts", "prio", "scheduled (UTC)", "last error"):
+        table.add_column(column, overflow="fold", justify="right" if column in ("id", "prio") else "left")
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            job.job_type,
+            job.queue,
+            job.status.value,
+            f"{job.attempts}/{job.max_attempts}",
+            str(job.priority),
+            _short_time(job.scheduled_at),
+            (job.last_error or "")[:60],
+        )
+    stdout.print(table)
+    stdout.print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
+
+
+@jobs_app.command("show")
+def jobs_show(
+    job_id: Annotated[int, typer.Argument(help="The job's id.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show one job in full."""
+    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    with _open(settings) as tether_app:
+        job = tether_app.get(job_id)
+    data = job_to_dict(job)
+    if as_json:
+        _print_json(data)
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in data.items():
+        if key != "payload":
+            table.add_row(key, "" if value is None else str(value))
+    table.add_row("payload", json.dumps(data["payload"], indent=2, ensure_ascii=False))
+    stdout.print(table)
+
+
+@app.command()
+def retry(
+    job_id: Annotated[int, typer.Argument(help="The id of a dead job.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    schema: Schema = None,
+) -> None:
+    """Put a dead job back in its queue (attempts start again from 0)."""
+    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    with _open(settings) as tether_app:
+        job = tether_app.retry(job_id)
+    stdout.print(f"job {job.id} is {job.status.value} again on queue {job.queue}")
+
+
+@app.command()
+def purge(
+    older_than: Annotated[float, typer.Option("--older-than", help="Delete completed and dead jobs that finished more than this many seconds ago.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    schema: Schema = None,
+) -> None:
+    """Delete finished (completed and dead) jobs; their idempotency keys become free again."""
+    from tether.domain.validation import validate_seconds
+
+    seconds = validate_seconds(older_than, "older_than")
+    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    with _open(settings) as tether_app:
+        deleted = tether_app.purge(timedelta(seconds=seconds))
+    stdout.print(f"purged {deleted} finished job(s) older than {seconds:g} s")
+
+
+@app.command()
+def reap(
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    schema: Schema = None,
+) -> None:
+    """Take back running jobs whose lease expired (workers do this on their own every reap interval)."""
+    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    with _open(settings) as tether_app:
+        jobs = tether_app.reap()
+    retrying = sum(1 for job in jobs if job.status is JobStatus.RETRYING)
+    stdout.print(f"reaped {len(jobs)} expired lease(s): {retrying} retrying, {len(jobs) - retrying} dead")
+
+
+@db_app.command("init")
+def db_init(
+    database_url: DatabaseUrl = None,
+    schema: Schema = None,
+) -> None:
+    """Create Tether's tables (and schema) if they are missing; safe to run again."""
+    from tether.entrypoints.container import open_sql_repository
+
+    settings = _settings(database_url=database_url, schema=schema)
+    if settings.database_kind == "memory":
+        stdout.print("memory:// keeps nothing; there is no schema to create")
+        return
+    repository = open_sql_repository(settings.database_url, schema=settings.schema, create=False)
+    try:
+        create = getattr(repository, "create_schema")
+        create()
+    finally:
+        repository.close()
+    stdout.print(f"tables ready in {settings.safe_database_url}" + (f" (schema {settings.schema})" if settings.schema else ""))
+
+
+def load_app(spec: str) -> "Tether":
+    """Import ``module:attribute`` (attribute defaults to ``app``) and return the Tether it names.
+
+    The attribute may be a :class:`Tether` or a function returning one.  The current directory is
+    put on ``sys.path`` first, as ``python -m`` would.
+
+    Raises:
+        ConfigurationError (``app``): the module does not import, the attribute is missing, or it
+            is not a Tether.
+    """
+    from tether.entrypoints.service import Tether
+
+    module_name, _, attribute = spec.partition(":")
+    attribute = attribute or "app"
+    if not module_name:
+        raise ConfigurationError(f"app: {spec!r} is not module:attribute, e.g. myproject.jobs:app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"app: cannot import {module_name!r}: {exc}") from None
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ConfigurationError(f"app: {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not isinstance(target, Tether) and callable(target):
+        target = target()
+    if not isinstance(target, Tether):
+        raise ConfigurationError(f"app: {spec} is a {type(target).__name__}, not a tether.Tether")
+    return target
+
+
+@app.command()
+def worker(
+    app_spec: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            "-A",
+            envvar="TETHER_APP",
+            help="module:attribute of your Tether app (its handlers are what the worker runs), e.g. myproject.jobs:app.",
+        ),
+    ],
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", envvar=env_name("concurrency"), help="Worker threads. [default: 4]")] = None,
+    queues: Annotated[Optional[list[str]], typer.Option("--queue", "-q", help="Lease only from this queue (repeat for more). [env TETHER_QUEUES, comma-separated; default: all]")] = None,
+    lease_timeout: Annotated[Optional[float], typer.Option("--lease-timeout", envvar=env_name("lease_timeout"), help="Seconds a lease lasts without a heartbeat. [default: 900]")] = None,
+    heartbeat_interval: Annotated[Optional[float], typer.Option("--heartbeat-interval", envvar=env_name("heartbeat_interval"), help="Seconds between lease heartbeats. [default: lease timeout / 3]")] = None,
+    reap_interval: Annotated[Optional[float], typer.Option("--reap-interval", envvar=env_name("reap_interval"), help="Seconds between reaper passes. [default: 30]")] = None,
+    drain_timeout: Annotated[Optional[float], typer.Option("--drain-timeout", envvar=env_name("drain_timeout"), help="On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]")] = None,
+    log_level: Annotated[Optional[str], typer.Option("--log-level", envvar=env_name("log_level"), help="DEBUG, INFO, WARNING or ERROR. [default: INFO]")] = None,
+    worker_id: Annotated[Optional[str], typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")] = None,
+    until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit once no job is queued, retrying or running in the worker's queues.")] = False,
+) -> None:
+    """Run a worker pool for your app's handlers until SIGINT/SIGTERM.
+
+    The app is your own module's Tether object, on which the handlers are registered; it also
+    decides where jobs live (e.g. tether.connect(os.environ["TETHER_DATABASE_URL"])).
+    """
+    settings = _settings(
+        concurrency=concurrency,
+        queues=tuple(queues) if queues else None,
+        lease_timeout=lease_timeout,
+        heartbeat_interval=heartbeat_interval,
+        reap_interval=reap_interval,
+        drain_timeout=drain_timeout,
+        log_level=log_level,
+    )
+    _configure_logging(settings.log_level)
+    tether_app = load_app(app_spec)
+    try:
+        pool = tether_app.worker(
+            concurrency=settings.concurrency,
+            queues=list(settings.queues) if settings.queues else None,
+            lease_timeout=settings.lease_timeout,
+            heartbeat_interval=settings.heartbeat_interval,
+            reap_interval=settings.reap_interval,
+            drain_timeout=settings.drain_timeout,
+            worker_id=worker_id,
+        )
+        logging.getLogger("tether.cli").info(
+            "worker %s: %d thread(s), queues %s", pool.worker_id, settings.concurrency, ", ".join(settings.queues or ["(all)"])
+        )
+        pool.run(stop_when_idle=until_idle)
+    finally:
+        tether_app.close()
+
+
+def _configure_logging(level: str) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=level,
+        format="%(name)s: %(message)s",
+        datefmt="[%X]",
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)],
+    )
+
+
+@app.command()
+def demo(
+    path: Annotated[Optional[str], typer.Option("--path", help="Directory whose files become jobs. [default: this Python's standard library]")] = None,
+    pattern: Annotated[str, typer.Option("--pattern", help="Glob of the file names to take.")] = "*.py",
+    database_url: Annotated[Optional[str], typer.Option("--database-url", help="Where the demo's jobs live. [default: sqlite file in --out]")] = None,
+    redis_url: Annotated[Optional[str], typer.Option("--redis-url", help="Dispatch through Redis Streams. [default: poll the database]")] = None,
+    schema: Annotated[Optional[str], typer.Option("--schema", help="Database schema (PostgreSQL).")] = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Worker threads.")] = 4,
+    out: Annotated[str, typer.Option("--out", help="Folder for the demo database and results.")] = "tether-demo",
+    fresh: Annotated[bool, typer.Option("--fresh", help="Start from an empty demo database and results file.")] = False,
+) -> None:
+    """Hash every file under a real directory tree as jobs, with retries and dead letters, and report.
+
+    Exit code 0 when every job ended as designed (completed, or dead exactly where the demo makes
+    a permanent failure); 1 otherwise.
+    """
+    from tether.entrypoints.demo import DemoOptions, run_demo
+
+    options = DemoOptions.create(
+        path=path,
+        pattern=pattern,
+        database_url=database_url,
+        redis_url=redis_url,
+        schema=schema,
+        workers=workers,
+        out=out,
+        fresh=fresh,
+    )
+    ok = run_demo(options, console=stdout)
+    if not ok:
+        raise typer.Exit(1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point (``tether``)."""
+    command = typer.main.get_command(app)
+    command.main(args=list(argv) if argv is not None else None, prog_name="tether")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,239 @@
+"""The composition root: the one place that picks concrete adapters and wires a :class:`Tether`.
+
+:class:`Container` (a dependency-injector ``DeclarativeContainer``) builds:
+
+- ``clock`` -- :class:`~tether.adapters.clock.SystemClock` (override it with a FakeClock in tests);
+- ``repository`` -- chosen by the database URL: ``memory://`` ->
+  :class:`~tether.adapters.memory.InMemoryJobRepository`; ``sqlite:///...`` and
+  ``postgresql+psycopg://...`` -> :func:`tether.adapters.sqlalchemy.open_repository`;
+- ``dispatcher`` -- ``redis_url`` set -> :class:`~tether.adapters.redis_streams.RedisStreamsDispatcher`,
+  else :class:`~tether.adapters.polling.PollingDispatcher`;
+- ``app`` -- the :class:`~tether.entrypoints.service.Tether` over those three.
+
+Each provider is a singleton per container, so one container holds one repository (one connection
+pool) however often it is asked.  Adapters are imported only when selected, so a program on
+``memory://`` never imports SQLAlchemy or redis-py.
+
+:func:`connect` (exported as ``tether.connect``) is the short way for application code;
+:func:`from_settings` builds from a validated :class:`~tether.entrypoints.settings.Settings` (the CLI).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dependency_injector import containers, providers
+
+from tether.adapters.clock import SystemClock
+from tether.adapters.memory import InMemoryJobRepository
+from tether.domain.errors import ConfigurationError
+from tether.domain.retry import RetryPolicy
+from tether.entrypoints.settings import Settings, check_redis_url, database_kind, redact_url
+from tether.ports.clock import Clock
+from tether.ports.dispatcher import Dispatcher
+from tether.ports.repository import JobRepository
+
+if TYPE_CHECKING:
+    from tether.entrypoints.service import Tether
+
+
+def repository_kind(database_url: str) -> str:
+    """``"memory"`` for ``memory://``, ``"sql"`` for SQLite and PostgreSQL URLs.
+
+    Raises:
+        InvalidSetting: an unsupported scheme (the message hides the password).
+    """
+    return "memory" if database_kind(database_url) == "memory" else "sql"
+
+
+def dispatcher_kind(redis_url: str | None) -> str:
+    """``"redis"`` when a Redis URL is given, else ``"polling"``."""
+    return "polling" if check_redis_url(redis_url) is None else "redis"
+
+
+def open_sql_repository(
+    database_url: str, *, schema: str | None = None, pool_size: int | None = None, create: bool = True
+) -> JobRepository:
+    """Open the SQLite or PostgreSQL repository at ``database_url`` (tables created if ``create``).
+
+    Raises:
+        ConfigurationError / StorageUnavailable: as raised by the adapter (URL shown without password).
+    """
+    from tether.adapters.sqlalchemy import open_repository
+
+    return open_repository(database_url, schema=schema, create=create, pool_size=pool_size)
+
+
+def polling_dispatcher(repository: JobRepository, clock: Clock, *, poll_interval: float = 1.0) -> Dispatcher:
+    """A :class:`~tether.adapters.polling.PollingDispatcher` over ``repository``."""
+    from tether.adapters.polling import PollingDispatcher
+
+    return PollingDispatcher(repository, clock, poll_interval=poll_interval)
+
+
+def redis_dispatcher(
+    repository: JobRepository, clock: Clock, redis_url: str, options: dict[str, Any] | None = None
+) -> Dispatcher:
+    """A :class:`~tether.adapters.redis_streams.RedisStreamsDispatcher` on ``redis_url``;
+    ``options`` are its keyword arguments (``prefix``, ``group``, ``block``, ...)."""
+    from tether.adapters.redis_streams import RedisStreamsDispatcher
+
+    return RedisStreamsDispatcher(repository, clock, redis_url, **(options or {}))
+
+
+def make_tether(
+    repository: JobRepository, dispatcher: Dispatcher, clock: Clock, **options: Any
+) -> "Tether":
+    """The :class:`~tether.entrypoints.service.Tether` application over the three ports."""
+    from tether.entrypoints.service import Tether
+
+    return Tether(repository, dispatcher, clock, **options)
+
+
+class Container(containers.DeclarativeContainer):
+    """Providers of the clock, repository, dispatcher and app for one Tether process.
+
+    Configuration keys (``container.config.from_dict(...)``): ``database_url``, ``redis_url``,
+    ``schema``, ``pool_size``, ``create``, ``poll_interval``, ``redis`` (dict of extra
+    RedisStreamsDispatcher options) and ``app`` (dict of extra Tether options such as
+    ``max_payload_bytes``, ``default_queue``, ``default_max_attempts``).
+    """
+
+    config = providers.Configuration()
+
+    clock = providers.Singleton(SystemClock)
+    retry_policy = providers.Singleton(RetryPolicy)
+
+    repository = providers.Selector(
+        providers.Callable(repository_kind, config.database_url),
+        memory=providers.Singleton(InMemoryJobRepository),
+        sql=providers.Singleton(
+            open_sql_repository,
+            config.database_url,
+            schema=config.schema,
+            pool_size=config.pool_size,
+            create=config.create,
+        ),
+    )
+
+    dispatcher = providers.Selector(
+        providers.Callable(dispatcher_kind, config.redis_url),
+        polling=providers.Singleton(polling_dispatcher, repository, clock, poll_interval=config.poll_interval),
+        redis=providers.Singleton(redis_dispatcher, repository, clock, config.redis_url, config.redis),
+    )
+
+    app = providers.Singleton(
+        make_tether, repository, dispatcher, clock, retry_policy=retry_policy
+    )
+
+
+_APP_OPTIONS = ("max_payload_bytes", "default_queue", "default_max_attempts")
+_CONNECT_OPTIONS = ("clock", "retry_policy", "poll_interval", "pool_size", "create", "redis_options") + _APP_OPTIONS
+
+
+def build_container(
+    *,
+    database_url: str,
+    redis_url: str | None = None,
+    schema: str | None = None,
+    poll_interval: float = 1.0,
+    pool_size: int | None = None,
+    create: bool = True,
+    clock: Clock | None = None,
+    retry_policy: RetryPolicy | None = None,
+    redis_options: dict[str, Any] | None = None,
+    app_options: dict[str, Any] | None = None,
+) -> Container:
+    """A configured :class:`Container`; nothing is opened until a provider is called.
+
+    Raises:
+        InvalidSetting: a bad URL (checked here, before anything is opened).
+    """
+    database_kind(database_url)
+    check_redis_url(redis_url)
+    container = Container()
+    container.config.from_dict(
+        {
+            "database_url": database_url,
+            "redis_url": redis_url,
+            "schema": schema,
+            "pool_size": pool_size,
+            "create": create,
+            "poll_interval": poll_interval,
+            "redis": dict(redis_options or {}),
+        }
+    )
+    if clock is not None:
+        container.clock.override(providers.Object(clock))
+    if retry_policy is not None:
+        if not isinstance(retry_policy, RetryPolicy):
+            raise ConfigurationError(f"retry_policy: must be a tether.RetryPolicy, got {type(retry_policy).__name__}")
+        container.retry_policy.override(providers.Object(retry_policy))
+    if app_options:
+        container.app.add_kwargs(**app_options)
+    return container
+
+
+def from_settings(settings: Settings, **options: Any) -> "Tether":
+    """The :class:`Tether` app described by ``settings`` (database, Redis, schema, poll interval,
+    payload limit); ``options`` as for :func:`connect` (``clock``, ``retry_policy``, ...)."""
+    options.setdefault("poll_interval", settings.poll_interval)
+    options.setdefault("max_payload_bytes", settings.max_payload_bytes)
+    return connect(settings.database_url, redis_url=settings.redis_url, schema=settings.schema, **options)
+
+
+def connect(
+    database_url: str = "memory://", *, redis_url: str | None = None, schema: str | None = None, **options: Any
+) -> "Tether":
+    """Open a :class:`Tether` application on ``database_url`` (``tether.connect``).
+
+    Args:
+        database_url: ``memory://`` (in-process, nothing persisted), ``sqlite:///path/to/file.db``
+            or ``postgresql+psycopg://user@host/db``.
+        redis_url: ``redis://host:6379/0`` to wake workers through Redis Streams; None to poll.
+        schema: database schema for Tether's tables (PostgreSQL).
+        options: ``clock`` (a Clock, e.g. FakeClock), ``retry_policy`` (RetryPolicy),
+            ``poll_interval`` (seconds), ``pool_size`` (connections), ``create`` (create the
+            tables if missing; default True), ``redis_options`` (dict of RedisStreamsDispatcher
+            keywords), ``max_payload_bytes``, ``default_queue``, ``default_max_attempts``.
+
+    Returns:
+        A ready :class:`Tether`; call ``close()`` (or use it as a context manager, if supported)
+        when done.
+
+    Raises:
+        InvalidSetting: a bad URL or schema (passwords hidden); ConfigurationError: an unknown option;
+        what the adapter raises when the database cannot be opened.
+    """
+    unknown = sorted(set(options) - set(_CONNECT_OPTIONS))
+    if unknown:
+        raise ConfigurationError(f"{unknown[0]}: not an option of tether.connect (known: {', '.join(_CONNECT_OPTIONS)})")
+    settings = Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        schema=schema,
+        poll_interval=options.pop("poll_interval", 1.0),
+        max_payload_bytes=options.get("max_payload_bytes", 65_536),
+    )
+    app_options = {name: options.pop(name) for name in _APP_OPTIONS if name in options}
+    container = build_container(
+        database_url=settings.database_url,
+        redis_url=settings.redis_url,
+        schema=settings.schema,
+        poll_interval=settings.poll_interval,
+        app_options=app_options,
+        **options,
+    )
+    return container.app()
+
+
+__all__ = [
+    "Container",
+    "build_container",
+    "connect",
+    "database_kind",
+    "dispatcher_kind",
+    "from_settings",
+    "redact_url",
+    "repository_kind",
+]

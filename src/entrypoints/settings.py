@@ -1,0 +1,301 @@
+"""Settings of a Tether process: where the jobs live, how work is dispatched, how a worker runs.
+
+Precedence, highest first: command-line flags, then ``TETHER_*`` environment variables, then the
+defaults below.  The CLI gets flags-over-environment from Typer (each flag names its variable with
+``envvar=``); :meth:`Settings.load` applies the same rule for programs that build settings
+themselves.  Every value is checked when a :class:`Settings` is made, so a bad value fails at
+start with :class:`InvalidSetting` naming the setting, its flag and its variable, before anything
+is opened or written.
+
+====================  =========================  ======================  =====================
+setting               flag                       environment variable    default
+====================  =========================  ======================  =====================
+database_url          ``--database-url``         TETHER_DATABASE_URL     ``sqlite:///tether.db``
+redis_url             ``--redis-url``            TETHER_REDIS_URL        none (polling)
+schema                ``--schema``               TETHER_SCHEMA           none (PostgreSQL: ``tether``)
+concurrency           ``--concurrency``          TETHER_CONCURRENCY      4 threads
+queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
+poll_interval         ``--poll-interval``        TETHER_POLL_INTERVAL    1.0 s
+lease_timeout         ``--lease-timeout``        TETHER_LEASE_TIMEOUT    900 s
+heartbeat_interval    ``--heartbeat-interval``   TETHER_HEARTBEAT_...    lease_timeout / 3
+reap_interval         ``--reap-interval``        TETHER_REAP_INTERVAL    30 s
+drain_timeout         ``--drain-timeout``        TETHER_DRAIN_TIMEOUT    30 s
+max_payload_bytes     ``--max-payload-bytes``    TETHER_MAX_PAYLOAD_...  65,536 bytes
+log_level             ``--log-level``            TETHER_LOG_LEVEL        INFO
+====================  =========================  ======================  =====================
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+
+from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.validation import validate_queue
+
+DEFAULT_DATABASE_URL = "sqlite:///tether.db"
+MEMORY_URL = "memory://"
+ENV_PREFIX = "TETHER_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: A PostgreSQL schema name Tether will quote into DDL: an unquoted identifier, at most 63 bytes.
+SCHEMA_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+MAX_CONCURRENCY = 1024
+MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
+
+
+class InvalidSetting(ConfigurationError):
+    """A setting has an unusable value; nothing was opened or written.
+
+    Attributes:
+        setting: the setting's name (``"concurrency"``); the message also gives its flag and
+            environment variable.
+        problem: what was wrong, in words.
+    """
+
+    def __init__(self, setting: str, problem: str) -> None:
+        super().__init__(f"{setting} ({flag_name(setting)}, {env_name(setting)}): {problem}")
+        self.setting = setting
+        self.problem = problem
+
+
+def env_name(setting: str) -> str:
+    """``"poll_interval"`` -> ``"TETHER_POLL_INTERVAL"``."""
+    return ENV_PREFIX + setting.upper()
+
+
+def flag_name(setting: str) -> str:
+    """``"poll_interval"`` -> ``"--poll-interval"`` (``queues`` -> ``--queue``, given once per queue)."""
+    return "--queue" if setting == "queues" else "--" + setting.replace("_", "-")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages and logs.
+
+    ``postgresql+psycopg://app:s3cret@db/prod`` -> ``postgresql+psycopg://app:***@db/prod``.
+    A string that does not parse as a URL is returned with everything between ``://`` and the
+    last ``@`` hidden.
+    """
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        return urlunsplit((parts.scheme, f"{user}:***@{host}{port}", parts.path, parts.query, parts.fragment))
+    except ValueError:
+        head, sep, rest = url.partition("://")
+        if sep and "@" in rest:
+            return f"{head}://***@{rest.rsplit('@', 1)[1]}"
+        return url
+
+
+def database_kind(url: str) -> str:
+    """Which repository a database URL selects: ``"memory"``, ``"sqlite"`` or ``"postgresql"``.
+
+    Accepted: ``memory://``; ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``
+    (``sqlite+pysqlite`` too); ``postgresql://``, ``postgresql+psycopg://``.
+
+    Raises:
+        InvalidSetting: any other scheme; the message shows the URL with its password hidden.
+    """
+    if not isinstance(url, str) or not url:
+        raise InvalidSetting("database_url", f"must be a URL such as {DEFAULT_DATABASE_URL!r}, got {url!r}")
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if url == MEMORY_URL or scheme == "memory":
+        return "memory"
+    if scheme in ("sqlite", "sqlite+pysqlite"):
+        if url.rstrip("/").lower() in ("sqlite:", "sqlite+pysqlite:") or ":memory:" in url:
+            raise InvalidSetting(
+                "database_url",
+                f"{url!r} names no database file; use sqlite:///path/to/file.db (or memory:// for a throwaway store)",
+            )
+        return "sqlite"
+    if scheme in ("postgresql", "postgresql+psycopg", "postgres"):
+        return "postgresql"
+    raise InvalidSetting(
+        "database_url",
+        f"unsupported URL {redact_url(url)!r}; use memory://, sqlite:///path/to/file.db or postgresql+psycopg://user@host/db",
+    )
+
+
+def check_redis_url(url: str | None) -> str | None:
+    """None (polling), or a ``redis://``, ``rediss://`` or ``unix://`` URL.
+
+    Raises:
+        InvalidSetting: any other value (password hidden in the message).
+    """
+    if url is None:
+        return None
+    if not isinstance(url, str) or url.split("://", 1)[0].lower() not in ("redis", "rediss", "unix") or "://" not in url:
+        shown = redact_url(url) if isinstance(url, str) else url
+        raise InvalidSetting("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {shown!r}")
+    return url
+
+
+# -- attrs validators, each naming its setting ----------------------------------------------------
+def _database_url(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    database_kind(value)
+
+
+def _redis_url(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    check_redis_url(value)
+
+
+def _schema(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is not None and (not isinstance(value, str) or not SCHEMA_PATTERN.fullmatch(value)):
+        raise InvalidSetting("schema", f"must be 1-63 of letters, digits and '_', not starting with a digit, got {value!r}")
+
+
+def _int_between(low: int, high: int) -> Any:
+    def check(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidSetting(attribute.name, f"must be an integer, got {value!r}")
+        if not low <= value <= high:
+            raise InvalidSetting(attribute.name, f"must be from {low:,} to {high:,}, got {value:,}")
+
+    return check
+
+
+def _seconds(*, allow_zero: bool = False, optional: bool = False) -> Any:
+    def check(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidSetting(attribute.name, f"must be a finite number of seconds, got {value!r}")
+        if value < 0 or (value == 0 and not allow_zero):
+            raise InvalidSetting(attribute.name, f"must be {'>= 0' if allow_zero else '> 0'} seconds, got {value}")
+
+    return check
+
+
+def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is None:
+        return
+    if not isinstance(value, tuple) or not value:
+        raise InvalidSetting("queues", f"must name at least one queue, got {value!r}")
+    for queue in value:
+        try:
+            validate_queue(queue, "queues")
+        except ValidationError as exc:
+            raise InvalidSetting("queues", exc.problem) from None
+
+
+def _log_level(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value not in LOG_LEVELS:
+        raise InvalidSetting("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+
+
+def _to_queues(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    return tuple(value) if value else None
+
+
+def _to_level(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+@attrs.frozen
+class Settings:
+    """Validated settings of one Tether process (see the module docstring for flags and variables).
+
+    Attributes:
+        database_url: ``memory://``, ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``.
+        redis_url: ``redis://host:6379/0`` to dispatch through Redis Streams; None polls the database.
+        schema: database schema (PostgreSQL) holding Tether's tables; None for the adapter's default.
+        concurrency: worker threads (1-1024).
+        queues: the queues a worker leases from; None for all.
+        poll_interval: longest idle wait between polls, in seconds (> 0).
+        lease_timeout: how long a lease lasts without a heartbeat, in seconds (> 0).
+        heartbeat_interval: seconds between lease heartbeats (< lease_timeout); None for lease_timeout / 3.
+        reap_interval: seconds between reaper passes (> 0).
+        drain_timeout: seconds a stopping worker waits for running jobs before releasing them (>= 0).
+        max_payload_bytes: largest encoded payload accepted, in bytes.
+        log_level: DEBUG, INFO, WARNING, ERROR or CRITICAL.
+
+    Raises:
+        InvalidSetting: on the first bad value, naming the setting, its flag and its variable.
+    """
+
+    database_url: str = attrs.field(default=DEFAULT_DATABASE_URL, validator=_database_url)
+    redis_url: str | None = attrs.field(default=None, validator=_redis_url)
+    schema: str | None = attrs.field(default=None, validator=_schema)
+    concurrency: int = attrs.field(default=4, validator=_int_between(1, MAX_CONCURRENCY))
+    queues: tuple[str, ...] | None = attrs.field(default=None, converter=_to_queues, validator=_queues)
+    poll_interval: float = attrs.field(default=1.0, validator=_seconds())
+    lease_timeout: float = attrs.field(default=900.0, validator=_seconds())
+    heartbeat_interval: float | None = attrs.field(default=None, validator=_seconds(optional=True))
+    reap_interval: float = attrs.field(default=30.0, validator=_seconds())
+    drain_timeout: float = attrs.field(default=30.0, validator=_seconds(allow_zero=True))
+    max_payload_bytes: int = attrs.field(default=65_536, validator=_int_between(1, MAX_PAYLOAD_LIMIT))
+    log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
+
+    def __attrs_post_init__(self) -> None:
+        if self.heartbeat_interval is not None and self.heartbeat_interval >= self.lease_timeout:
+            raise InvalidSetting(
+                "heartbeat_interval",
+                f"must be shorter than lease_timeout ({self.lease_timeout} s), got {self.heartbeat_interval} s",
+            )
+
+    @property
+    def database_kind(self) -> str:
+        """``"memory"``, ``"sqlite"`` or ``"postgresql"`` (see :func:`database_kind`)."""
+        return database_kind(self.database_url)
+
+    @property
+    def dispatcher_kind(self) -> str:
+        """``"redis"`` when :attr:`redis_url` is set, else ``"polling"``."""
+        return "polling" if self.redis_url is None else "redis"
+
+    @property
+    def safe_database_url(self) -> str:
+        """:attr:`database_url` with its password hidden."""
+        return redact_url(self.database_url)
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``overrides`` (flags; None values are ignored), then ``TETHER_*``
+        variables of ``environ`` (default ``os.environ``; empty values are ignored), then defaults.
+
+        Environment values are text: numbers are parsed, ``TETHER_QUEUES`` is comma-separated.
+
+        Raises:
+            InvalidSetting: an unknown override name, or a value that does not parse or validate.
+        """
+        environ = os.environ if environ is None else environ
+        names = [field.name for field in attrs.fields(cls)]
+        values: dict[str, Any] = {}
+        for name in names:
+            raw = environ.get(env_name(name))
+            if raw is not None and raw.strip() != "":
+                values[name] = _parse_env(cls, name, raw.strip())
+        for name, value in (overrides or {}).items():
+            if name not in names:
+                raise ConfigurationError(f"{name}: not a setting (known: {', '.join(names)})")
+            if value is not None:
+                values[name] = value
+        return cls(**values)
+
+
+def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
+    field = attrs.fields_dict(cls)[name]
+    kind = str(field.type)
+    try:
+        if kind == "int":
+            return int(raw.replace("_", ""))
+        if kind in ("float", "float | None"):
+            return float(raw)
+    except ValueError:
+        raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a number") from None
+    return raw
