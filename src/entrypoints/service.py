@@ -144,7 +144,8 @@ class Tether:
                 ``f(payload)`` or ``f(payload, ctx)``, or a name registered already.
         """
         if callable(name) and not isinstance(name, str):
-            return self.register(name.__name__, name)
+            self.register(name.__name__, name)
+            return name
 
         def decorate(func: F) -> F:
             job_type = name if name is not None else getattr(func, "__name__", None)
