@@ -1,1 +1,795 @@
-"""(being built)"""
+"""The Redis Streams dispatcher: jobs start within milliseconds of their commit, and no job depends
+on Redis to be found.
+
+The repository is the source of truth; Redis only carries "look at job N".  The moving parts:
+
+* **Publishing** (:meth:`RedisStreamsDispatcher.notify`, called after the enqueue commits): one
+  pipelined ``XADD <stream of the job's queue> MAXLEN ~ <maxlen> * id <job id>`` per due job, plus
+  ``SADD`` of the queue name to the application's queue registry.  A job due in the future is not
+  published; the sweep publishes it once due.  A failed publish is logged (at most about one line a
+  second) and swallowed: the enqueue has committed, and the sweep will publish the job.
+* **Consuming** (:meth:`~RedisStreamsDispatcher.acquire`): one consumer group (``group``) shared by
+  every worker of the application; consumer names are unique per process start
+  (``<hostname>-<pid>-<6 hex>``).  ``XREADGROUP GROUP <group> <consumer> COUNT <limit> BLOCK ...``
+  over the streams of the worker's queues, then for each entry a fenced lease by id
+  (``repository.lease_job``), which only succeeds for a due queued/retrying job.  Every entry is
+  acknowledged (``XACK``) whatever the outcome (leased, already taken, finished, not due, malformed),
+  with one exception: an id the repository cannot see *yet* (a reader racing the producer's commit,
+  or replica lag) is transient.  That entry stays pending under this consumer and is tried again
+  with a short backoff (10 ms doubling to 1 s) for up to ``claim_idle`` seconds, after which it is
+  acknowledged (a job that never became visible was rolled back or purged; one that did is covered
+  by the sweep).  Entries read beyond ``limit`` (``COUNT`` applies per stream) are handed back:
+  re-added to their stream and acknowledged.
+* **Pending entries of dead consumers** (:meth:`~RedisStreamsDispatcher.maintain`):
+  ``XAUTOCLAIM ... <claim_idle> 0-0 JUSTID`` moves entries idle longer than ``claim_idle`` to this
+  consumer, which acknowledges them; ids of entries whose message was trimmed or deleted
+  (reported by Redis 7) are acknowledged too.  The claimed job is *not* run on the strength of the
+  stream: stream idle time is never a lease.  If the job is still due, the sweep right after
+  publishes it again; if it runs under a valid lease, the repository refuses a second lease; if
+  that lease expires, the reaper returns the job and the sweep publishes it.
+* **Sweep** (in ``maintain``, and from ``acquire`` every ``sweep_interval`` seconds under a
+  cluster-wide ``SET NX PX`` lock so one process per interval does it): re-publishes the due
+  queued/retrying jobs (``repository.due_jobs``), each at most once per ``sweep_interval`` however
+  many workers sweep (``SET {prefix}:swept:<id> 1 NX PX <interval>``).  Queues whose group still
+  has undelivered entries (``XINFO GROUPS`` lag > 0) are skipped that round: their consumers are
+  behind, and re-publishing would only add duplicates; once they catch up, anything missing is
+  published.
+* **Bounded streams, and why trimming cannot lose a job**: every ``XADD`` trims its stream to about
+  ``maxlen`` entries.  A trimmed entry is only a hint.  The job it named is still queued in the
+  repository; the sweep re-publishes every due job nobody has leased once the queue's consumers
+  have caught up, and a trimmed entry that was pending is reported deleted by XAUTOCLAIM and
+  acknowledged.  So trimming costs latency for a backlog larger than ``maxlen``, never a job.
+* **Self-healing**: on ``NOGROUP`` (Redis restarted without persistence, ``FLUSHALL``, stream
+  deleted) the streams and group are recreated with ``XGROUP CREATE <stream> <group> 0 MKSTREAM``
+  (``BUSYGROUP`` means another worker already did: success).  On any other Redis error the
+  dispatcher backs off (50 ms doubling to 1 s), logs at most about one line a second, and while
+  Redis is unreachable ``acquire`` leases due jobs straight from the repository
+  (``repository.lease``), polling at the backoff interval, so jobs keep flowing; ``notify`` skips
+  publishing during the backoff so enqueue is never slowed by a dead Redis.
+* **Wake-up**: :meth:`~RedisStreamsDispatcher.wake` sends ``CLIENT UNBLOCK`` to the connections
+  blocked in ``XREADGROUP``, so a blocked ``acquire`` returns at once (at worst after one ``block``
+  slice, if the wake-up races the start of the read).
+
+Queues and ``queues=None``: a consumer with ``queues=None`` reads the streams of every queue in the
+registry set ``{prefix}:queues`` (fed by every publish and by the sweep; re-read at most every
+``block`` seconds) plus the queues this process has published itself.
+
+Ordering: streams deliver in publish order, so across jobs that are all due the repository's lease
+order (priority first) is only approximated; every job still runs.
+
+Key layout: see :mod:`tether.adapters.redis_keys`.  Requires Redis >= 6.2 (``XAUTOCLAIM``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from tether.adapters.redis_keys import StreamKeys, redact_url, validate_consumer, validate_name
+from tether.domain.errors import ConfigurationError, JobNotFound, StorageUnavailable, ValidationError
+from tether.domain.job import Job
+from tether.domain.validation import validate_int, validate_queue, validate_seconds
+from tether.ports.clock import Clock
+from tether.ports.dispatcher import Dispatcher
+from tether.ports.repository import JobRepository
+
+log = logging.getLogger("tether.dispatch.redis")
+
+#: XAUTOCLAIM arrived in Redis 6.2.
+MIN_REDIS_VERSION = (6, 2)
+#: Backoff after a Redis error: starts here, doubles, capped at :data:`BACKOFF_CAP` (seconds).
+BACKOFF_START, BACKOFF_CAP = 0.05, 1.0
+#: Retry of an id the repository cannot see yet: starts here, doubles, capped at 1 s (seconds).
+UNSEEN_RETRY_START = 0.01
+#: At most this many due jobs are re-published per sweep.
+SWEEP_LIMIT = 1000
+#: At most this many pending entries are claimed per stream per maintain (XAUTOCLAIM COUNT x rounds).
+CLAIM_COUNT, CLAIM_ROUNDS = 100, 10
+#: Seconds to wait for a TCP connection to Redis.
+CONNECT_TIMEOUT = 1.0
+
+
+def default_consumer_name() -> str:
+    """``<hostname>-<pid>-<6 hex>``: unique per process start, so a restarted worker never inherits
+    (or is confused with) the pending entries of its previous life."""
+    host = re.sub(r"[^!-~]", "_", socket.gethostname() or "host")[:100]
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"7.0.15"`` -> ``(7, 0, 15)``; non-numeric parts end the tuple."""
+    parts: list[int] = []
+    for piece in str(text).split("."):
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group()))
+    return tuple(parts)
+
+
+def check_server_version(version: str, shown_url: str) -> None:
+    """Raise ConfigurationError unless ``version`` is at least :data:`MIN_REDIS_VERSION`."""
+    if parse_version(version) < MIN_REDIS_VERSION:
+        need = ".".join(map(str, MIN_REDIS_VERSION))
+        raise ConfigurationError(
+            f"redis_url {shown_url}: the server runs Redis {version}; the Redis Streams dispatcher needs "
+            f"Redis >= {need} (streams with XAUTOCLAIM)"
+        )
+
+
+class RateLimitedLog:
+    """Logs at most one line per ``interval`` seconds; counts and reports the lines it held back."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 1.0) -> None:
+        self._logger = logger
+        self._interval = interval
+        self._next = 0.0
+        self._suppressed = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, level: int, message: str, *args: Any) -> bool:
+        """Log ``message % args`` unless a line went out less than ``interval`` ago; True if logged."""
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next:
+                self._suppressed += 1
+                return False
+            self._next = now + self._interval
+            suppressed, self._suppressed = self._suppressed, 0
+        if suppressed:
+            message += " (%d similar messages suppressed)"
+            args = (*args, suppressed)
+        self._logger.log(level, message, *args)
+        return True
+
+
+@attrs.define
+class HeldEntry:
+    """A stream entry delivered to this consumer and deliberately left unacknowledged, to retry."""
+
+    stream: str
+    entry_id: str
+    job_id: int
+    first_seen: float  # time.monotonic()
+    next_try: float
+    tries: int = 0
+
+
+class BlockingSession:
+    """One thread's own connection for blocking reads, and its server-side client id (for
+    ``CLIENT UNBLOCK``).  The id is forgotten whenever the connection reconnects."""
+
+    def __init__(self, pool: redis.ConnectionPool) -> None:
+        self.client = redis.Redis(connection_pool=pool, single_connection_client=True)
+        self.client_id: int | None = None
+        assert self.client.connection is not None
+        self.client.connection.register_connect_callback(self._on_connect)
+
+    def _on_connect(self, connection: Any) -> None:
+        self.client_id = None
+
+    def ensure_id(self) -> None:
+        if self.client_id is None:
+            self.client_id = int(self.client.client_id())
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except redis.RedisError as exc:  # pragma: no cover - closing a broken socket
+            log.debug("closing a blocking connection failed: %s", exc)
+
+
+def _is_nogroup(exc: BaseException) -> bool:
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith("NOGROUP")
+
+
+def _job_id_of(fields: Any) -> int | None:
+    if not isinstance(fields, dict):
+        return None
+    raw = fields.get("id")
+    try:
+        job_id = int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return job_id if job_id > 0 else None
+
+
+class RedisStreamsDispatcher(Dispatcher):
+    """A :class:`~tether.ports.dispatcher.Dispatcher` on Redis Streams (see the module docstring).
+
+    Args:
+        repository: the job repository (the truth; leases are taken there by id).
+        clock: supplies ``now`` for leases and due checks.
+        redis_url: ``redis://[[user]:password@]host:port/db``, ``rediss://...`` or ``unix://...``.
+        prefix: key prefix and Redis Cluster hash tag of this application's keys.
+        group: the consumer group name (one per application).
+        consumer: this process's consumer name; default ``<hostname>-<pid>-<6 hex>``.
+        block: the longest single ``XREADGROUP BLOCK`` in seconds; ``acquire`` blocks in slices of
+            at most this, re-checking the sweep timer and the queue registry between slices.
+        claim_idle: seconds an entry must sit unacknowledged before ``maintain`` claims it from its
+            (presumed dead) consumer; also how long an id the repository cannot see is retried.
+        sweep_interval: seconds between sweeps, and the least time between two re-publications of
+            one job.
+        maxlen: approximate maximum entries per stream (``XADD MAXLEN ~``).
+        require_connection: raise ConfigurationError at construction if Redis cannot be reached.
+            By default an unreachable Redis is logged and the dispatcher starts degraded (leasing
+            from the repository) and keeps retrying, since Redis may just be restarting.
+
+    Raises:
+        ConfigurationError: the URL does not parse, the password/user is refused, the database
+            index is invalid, or the server is older than Redis 6.2; the message names the URL
+            with its password replaced by ``***``.
+        ValidationError: a bad prefix, group, consumer name or number (naming the argument).
+    """
+
+    def __init__(
+        self,
+        repository: JobRepository,
+        clock: Clock,
+        redis_url: str,
+        *,
+        prefix: str = "tether",
+        group: str = "tether",
+        consumer: str | None = None,
+        block: float = 1.0,
+        claim_idle: float = 30.0,
+        sweep_interval: float = 5.0,
+        maxlen: int = 100_000,
+        require_connection: bool = False,
+    ) -> None:
+        self._repository = repository
+        self._clock = clock
+        self._keys = StreamKeys(prefix)
+        self._group = validate_name(group, "group")
+        self._consumer = validate_consumer(consumer) if consumer is not None else default_consumer_name()
+        self._block = validate_seconds(block, "block", allow_zero=False)
+        self._claim_idle = validate_seconds(claim_idle, "claim_idle", allow_zero=False)
+        self._sweep_interval = validate_seconds(sweep_interval, "sweep_interval", allow_zero=False)
+        self._maxlen = validate_int(maxlen, "maxlen", 1, 2**62)
+        if not isinstance(redis_url, str) or not redis_url:
+            raise ConfigurationError(f"redis_url: must be a non-empty URL string, got {redis_url!r:.80}")
+        self.url = redact_url(redis_url)
+        try:
+            self._pool = redis.ConnectionPool.from_url(
+                redis_url,
+                decode_responses=True,
+                socket_connect_timeout=CONNECT_TIMEOUT,
+                socket_timeout=self._block + 5.0,
+                retry=Retry(NoBackoff(), 0),
+            )
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"redis_url {self.url}: {exc}") from None
+        self._client = redis.Redis(connection_pool=self._pool)
+
+        self._lock = threading.Condition(threading.Lock())
+        self._wake_generation = 0
+        self._closed = False
+        self._ensured: set[str] = set()
+        self._local_queues: set[str] = set()
+        self._registry_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
+        self._held: list[HeldEntry] = []
+        self._blocked: dict[int, BlockingSession] = {}
+        self._sessions: weakref.WeakSet[BlockingSession] = weakref.WeakSet()
+        self._local = threading.local()
+        self._backoff = 0.0
+        self._down_until = 0.0
+        self._next_sweep = 0.0
+        self._log_error = RateLimitedLog(log)
+        self._log_unseen = RateLimitedLog(log)
+        self._check_server(require_connection)
+
+    # -- public attributes -----------------------------------------------------------------------
+    @property
+    def consumer(self) -> str:
+        """This process's consumer name in the group."""
+        return self._consumer
+
+    @property
+    def group(self) -> str:
+        """The consumer group name."""
+        return self._group
+
+    @property
+    def keys(self) -> StreamKeys:
+        """The key layout (stream names etc.)."""
+        return self._keys
+
+    # -- start-up --------------------------------------------------------------------------------
+    def _check_server(self, require_connection: bool) -> None:
+        try:
+            info = self._client.info("server")
+        except redis.AuthenticationError as exc:
+            raise ConfigurationError(f"redis_url {self.url}: authentication failed ({exc})") from None
+        except redis.ResponseError as exc:
+            raise ConfigurationError(f"redis_url {self.url}: the server refused the connection set-up ({exc})") from None
+        except redis.RedisError as exc:
+            if require_connection:
+                raise ConfigurationError(f"redis_url {self.url}: cannot connect ({exc})") from None
+            log.warning("Redis at %s unreachable at start (%s); leasing from the repository until it answers", self.url, exc)
+            self._record_failure(exc, quiet=True)
+            return
+        check_server_version(str(info.get("redis_version", "0")), self.url)
+
+    # -- error state -----------------------------------------------------------------------------
+    def _record_failure(self, exc: BaseException, *, quiet: bool = False) -> None:
+        with self._lock:
+            self._backoff = min(BACKOFF_CAP, max(BACKOFF_START, self._backoff * 2))
+            self._down_until = time.monotonic() + self._backoff
+            backoff = self._backoff
+            self._ensured.clear()
+        if not quiet:
+            self._log_error(
+                logging.WARNING,
+                "Redis at %s failed (%s: %s); retrying in %.2fs, leasing from the repository meanwhile",
+                self.url,
+                type(exc).__name__,
+                exc,
+                backoff,
+            )
+
+    def _record_success(self) -> None:
+        if self._backoff:
+            with self._lock:
+                was_down, self._backoff, self._down_until = self._backoff, 0.0, 0.0
+            if was_down:
+                log.info("Redis at %s answers again", self.url)
+
+    def _is_down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    # -- publishing ------------------------------------------------------------------------------
+    def notify(self, jobs: Sequence[Job]) -> None:
+        """Publish the due jobs among ``jobs`` (called after their commit).  Never raises: a failure
+        is logged at a bounded rate and left to the sweep.  Jobs due later are left to the sweep."""
+        try:
+            now = self._clock.now()
+            due = [job for job in jobs if job.status.is_leasable and job.scheduled_at <= now]
+            if not due or self._closed:
+                return
+            if self._is_down():
+                self._log_error(
+                    logging.WARNING, "Redis at %s is down: %d job(s) not published now; the sweep will publish them", self.url, len(due)
+                )
+                return
+            self._publish(due)
+        except redis.RedisError as exc:
+            self._record_failure(exc)
+        except Exception:  # never let a publish fail the (committed) enqueue
+            log.exception("publishing %d job(s) failed; the sweep will publish them", len(jobs))
+
+    def _publish(self, jobs: Iterable[Job]) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        queues: set[str] = set()
+        for job in jobs:
+            pipe.xadd(self._keys.stream(job.queue), {"id": job.id}, maxlen=self._maxlen, approximate=True)
+            queues.add(job.queue)
+        if not queues:
+            return
+        pipe.sadd(self._keys.registry, *sorted(queues))
+        pipe.execute()
+        with self._lock:
+            self._local_queues |= queues
+
+    # -- queues and groups -----------------------------------------------------------------------
+    def _known_queues(self, *, refresh: bool = False) -> set[str]:
+        expires, cached = self._registry_cache
+        if refresh or time.monotonic() >= expires:
+            names = {str(q) for q in self._client.smembers(self._keys.registry)}  # type: ignore[union-attr]
+            cached = frozenset(q for q in names if _valid_queue(q))
+            self._registry_cache = (time.monotonic() + self._block, cached)
+        with self._lock:
+            return set(cached) | self._local_queues
+
+    def _ensure_groups(self, streams: Sequence[str]) -> None:
+        missing = [s for s in streams if s not in self._ensured]
+        if not missing:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for stream in missing:
+            pipe.xgroup_create(stream, self._group, id="0", mkstream=True)
+        for stream, result in zip(missing, pipe.execute(raise_on_error=False)):
+            if isinstance(result, Exception) and not str(result).startswith("BUSYGROUP"):
+                raise result  # BUSYGROUP: another worker created it first, which is success
+            with self._lock:
+                self._ensured.add(stream)
+
+    # -- consuming -------------------------------------------------------------------------------
+    def acquire(
+        self,
+        *,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        limit: int,
+        lease_timeout: float,
+        max_wait: float,
+    ) -> list[Job]:
+        """Block up to ``max_wait`` seconds for published jobs of ``queues`` (all registered queues
+        if None) and return up to ``limit`` of them leased to ``worker_id`` for ``lease_timeout``
+        seconds.  While Redis is unreachable, leases straight from the repository.
+
+        Raises:
+            ValidationError: a bad queue name.
+            StorageUnavailable: the repository could not be reached (entries read stay pending here
+                and are retried).
+        """
+        names = None if queues is None else sorted({validate_queue(q) for q in queues})
+        if limit <= 0 or self._closed:
+            return []
+        deadline = time.monotonic() + max(0.0, float(max_wait))
+        generation = self._wake_generation
+        first = True
+        while True:
+            jobs = self._retry_held(names, worker_id, limit, lease_timeout)
+            if jobs:
+                return jobs
+            self._maybe_sweep()
+            now = time.monotonic()
+            if self._wake_generation != generation or self._closed:
+                return []
+            remaining = deadline - now
+            if not first and remaining <= 0:
+                return []
+            first = False
+            if self._is_down():
+                jobs = self._repository.lease(
+                    queues=names, worker_id=worker_id, now=self._clock.now(), lease_timeout=lease_timeout, limit=limit
+                )
+                if jobs or remaining <= 0:
+                    return jobs
+                self._sleep(min(remaining, max(self._down_until - now, 0.005)), generation)
+                continue
+            try:
+                streams = [self._keys.stream(q) for q in (names if names is not None else sorted(self._known_queues()))]
+                if not streams:
+                    self._sleep(min(remaining, self._block), generation)
+                    continue
+                self._ensure_groups(streams)
+                wait = min(remaining, self._block, self._next_held_try() - now)
+                entries = self._read(streams, limit, wait, generation)
+            except redis.RedisError as exc:
+                if _is_nogroup(exc):
+                    with self._lock:
+                        self._ensured.clear()
+                    log.info("consumer group %r missing on %s (Redis lost its data?); recreating it", self._group, self.url)
+                    continue
+                self._record_failure(exc)
+                continue
+            self._record_success()
+            if entries:
+                jobs = self._take(entries, worker_id, limit, lease_timeout)
+                if jobs:
+                    return jobs
+
+    def _sleep(self, seconds: float, generation: int) -> None:
+        if seconds <= 0:
+            return
+        with self._lock:
+            self._lock.wait_for(lambda: self._wake_generation != generation or self._closed, timeout=seconds)
+
+    def _session(self) -> BlockingSession:
+        session: BlockingSession | None = getattr(self._local, "session", None)
+        if session is None:
+            session = BlockingSession(self._pool)
+            self._local.session = session
+            self._sessions.add(session)
+        return session
+
+    def _read(self, streams: Sequence[str], limit: int, wait: float, generation: int) -> list[tuple[str, str, Any]]:
+        """XREADGROUP new entries; returns (stream, entry id, fields) triples."""
+        session = self._session()
+        block_ms = int(wait * 1000) if wait > 0 else None
+        if block_ms is not None:
+            block_ms = max(1, block_ms)
+            session.ensure_id()
+        key = id(session)
+        with self._lock:
+            if self._wake_generation != generation:
+                return []
+            self._blocked[key] = session
+        try:
+            response = session.client.xreadgroup(
+                self._group, self._consumer, {s: ">" for s in streams}, count=limit, block=block_ms
+            )
+        finally:
+            with self._lock:
+                self._blocked.pop(key, None)
+        return list(_entries(response))
+
+    def _take(
+        self, entries: list[tuple[str, str, Any]], worker_id: str, limit: int, lease_timeout: float
+    ) -> list[Job]:
+        """Lease the entries' jobs by id, acknowledge, hold the unseen, hand back the extras."""
+        leased: list[Job] = []
+        acks: dict[str, list[str]] = {}
+        handback: list[tuple[str, str, int]] = []
+        held: list[HeldEntry] = []
+        now = self._clock.now()
+        failure: StorageUnavailable | None = None
+        started = time.monotonic()
+        for index, (stream, entry_id, fields) in enumerate(entries):
+            job_id = _job_id_of(fields)
+            if job_id is None:
+                acks.setdefault(stream, []).append(entry_id)
+                continue
+            if failure is not None:
+                held.append(HeldEntry(stream, entry_id, job_id, started, started + BACKOFF_CAP))
+                continue
+            if len(leased) >= limit:
+                handback.append((stream, entry_id, job_id))
+                continue
+            try:
+                outcome = self._lease_one(job_id, worker_id, now, lease_timeout)
+            except StorageUnavailable as exc:
+                failure = exc
+                held.append(HeldEntry(stream, entry_id, job_id, started, started + BACKOFF_CAP))
+                continue
+            if isinstance(outcome, Job):
+                leased.append(outcome)
+                acks.setdefault(stream, []).append(entry_id)
+            elif outcome == "unseen":
+                held.append(HeldEntry(stream, entry_id, job_id, started, started + UNSEEN_RETRY_START))
+            else:
+                acks.setdefault(stream, []).append(entry_id)
+        if held:
+            with self._lock:
+                self._held.extend(held)
+        self._finish(acks, handback)
+        if failure is not None and not leased:
+            raise failure
+        return leased
+
+    def _lease_one(self, job_id: int, worker_id: str, now: datetime, lease_timeout: float) -> Job | str:
+        """A leased Job, ``"unseen"`` (the repository has no such id yet) or ``"skip"``."""
+        job = self._repository.lease_job(job_id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
+        if job is not None:
+            return job
+        try:
+            self._repository.get(job_id)
+        except JobNotFound:
+            return "unseen"
+        return "skip"  # taken, finished or not due: the repository said no, and it is the truth
+
+    def _finish(self, acks: dict[str, list[str]], handback: list[tuple[str, str, int]]) -> None:
+        if not acks and not handback:
+            return
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for stream, job_entry, job_id in handback:
+                pipe.xadd(stream, {"id": job_id}, maxlen=self._maxlen, approximate=True)
+                acks.setdefault(stream, []).append(job_entry)
+            for stream, ids in acks.items():
+                pipe.xack(stream, self._group, *ids)
+            pipe.execute()
+        except redis.RedisError as exc:
+            # Unacknowledged entries stay pending; maintain() claims and acknowledges them later.
+            self._record_failure(exc)
+
+    def _next_held_try(self) -> float:
+        with self._lock:
+            return min((h.next_try for h in self._held), default=float("inf"))
+
+    def _retry_held(self, names: Sequence[str] | None, worker_id: str, limit: int, lease_timeout: float) -> list[Job]:
+        now_m = time.monotonic()
+        with self._lock:
+            if not self._held:
+                return []
+            wanted = None if names is None else {self._keys.stream(q) for q in names}
+            ready = [h for h in self._held if h.next_try <= now_m and (wanted is None or h.stream in wanted)]
+            ready = ready[:limit]
+            for h in ready:
+                self._held.remove(h)
+        if not ready:
+            return []
+        leased: list[Job] = []
+        acks: dict[str, list[str]] = {}
+        keep: list[HeldEntry] = []
+        now = self._clock.now()
+        failure: StorageUnavailable | None = None
+        for h in ready:
+            if failure is not None:
+                keep.append(h)
+                continue
+            try:
+                outcome = self._lease_one(h.job_id, worker_id, now, lease_timeout)
+            except StorageUnavailable as exc:
+                failure = exc
+                h.next_try = now_m + BACKOFF_CAP
+                keep.append(h)
+                continue
+            if isinstance(outcome, Job):
+                leased.append(outcome)
+            elif outcome == "unseen" and now_m - h.first_seen < self._claim_idle:
+                h.tries += 1
+                h.next_try = now_m + min(BACKOFF_CAP, UNSEEN_RETRY_START * 2**h.tries)
+                keep.append(h)
+                continue
+            elif outcome == "unseen":
+                self._log_unseen(
+                    logging.INFO,
+                    "job %d was published but never became visible in %.0fs (rolled back or purged?); acknowledged",
+                    h.job_id,
+                    self._claim_idle,
+                )
+            acks.setdefault(h.stream, []).append(h.entry_id)
+        if keep:
+            with self._lock:
+                self._held.extend(keep)
+        self._finish(acks, [])
+        if failure is not None and not leased:
+            raise failure
+        return leased
+
+    # -- maintenance -----------------------------------------------------------------------------
+    def _maybe_sweep(self) -> None:
+        now_m = time.monotonic()
+        with self._lock:
+            if now_m < self._next_sweep or self._closed:
+                return
+            self._next_sweep = now_m + self._sweep_interval
+        if self._is_down():
+            return
+        try:
+            got = self._client.set(self._keys.sweep_lock, self._consumer, nx=True, px=max(1, int(self._sweep_interval * 1000)))
+            if got:
+                self.maintain(self._clock.now())
+        except redis.RedisError as exc:
+            self._record_failure(exc)
+        except StorageUnavailable as exc:
+            self._log_error(logging.WARNING, "sweep skipped: the repository is unavailable (%s)", exc)
+
+    def maintain(self, now: datetime) -> None:
+        """Claim and acknowledge entries idle longer than ``claim_idle`` (dead consumers, trimmed
+        messages), then re-publish due queued/retrying jobs (at most once per ``sweep_interval``
+        per job).  Redis errors are logged and swallowed.
+
+        Raises:
+            StorageUnavailable: the repository could not be read.
+        """
+        if self._closed:
+            return
+        try:
+            queues = self._known_queues(refresh=True)
+            self._reclaim(queues)
+            self._sweep(queues, now)
+            self._record_success()
+        except redis.RedisError as exc:
+            self._record_failure(exc)
+
+    def _reclaim(self, queues: Iterable[str]) -> int:
+        """XAUTOCLAIM stale entries of every known stream and XACK them; returns how many."""
+        idle_ms = max(0, int(self._claim_idle * 1000))
+        total = 0
+        for queue in sorted(queues):
+            stream = self._keys.stream(queue)
+            start = "0-0"
+            for _ in range(CLAIM_ROUNDS):
+                try:
+                    reply = self._client.xautoclaim(stream, self._group, self._consumer, idle_ms, start, count=CLAIM_COUNT)
+                except redis.ResponseError as exc:
+                    if _is_nogroup(exc):
+                        break  # no group (yet, or lost): nothing pending
+                    raise
+                claimed, next_start, deleted = _autoclaim_parts(reply)
+                stale = [*claimed, *deleted]
+                if stale:
+                    self._client.xack(stream, self._group, *stale)
+                    total += len(stale)
+                    with self._lock:
+                        gone = set(stale)
+                        self._held = [h for h in self._held if not (h.stream == stream and h.entry_id in gone)]
+                if next_start in (None, "0-0"):
+                    break
+                start = next_start
+        return total
+
+    def _lagging_queues(self, queues: Sequence[str]) -> set[str]:
+        """Queues whose consumers have undelivered entries to read (re-publishing there is moot)."""
+        if not queues:
+            return set()
+        pipe = self._client.pipeline(transaction=False)
+        for queue in queues:
+            stream = self._keys.stream(queue)
+            pipe.xlen(stream)
+            pipe.xinfo_groups(stream)
+        results = pipe.execute(raise_on_error=False)
+        lagging: set[str] = set()
+        for index, queue in enumerate(queues):
+            length, groups = results[2 * index], results[2 * index + 1]
+            if isinstance(length, Exception) or not length:
+                continue
+            if isinstance(groups, Exception):
+                continue
+            mine = [g for g in groups if g.get("name") == self._group]
+            if not mine:
+                lagging.add(queue)  # entries wait for a group that no consumer has created yet
+                continue
+            lag = mine[0].get("lag")
+            if lag is not None and int(lag) > 0:
+                lagging.add(queue)
+        return lagging
+
+    def _sweep(self, queues: Iterable[str], now: datetime) -> int:
+        """Re-publish due jobs nobody took; returns how many were published."""
+        lagging = self._lagging_queues(sorted(queues))
+        due = [j for j in self._repository.due_jobs(now=now, queues=None, limit=SWEEP_LIMIT) if j.queue not in lagging]
+        due = [j for j in due if _valid_queue(j.queue)]
+        if not due:
+            return 0
+        px = max(1, int(self._sweep_interval * 1000))
+        pipe = self._client.pipeline(transaction=False)
+        for job in due:
+            pipe.set(self._keys.swept(job.id), 1, nx=True, px=px)
+        fresh = [job for job, won in zip(due, pipe.execute()) if won]
+        if fresh:
+            self._publish(fresh)
+        return len(fresh)
+
+    # -- wake-up and shutdown --------------------------------------------------------------------
+    def wake(self) -> None:
+        """Make every blocked :meth:`acquire` return soon (``CLIENT UNBLOCK`` on their connections)."""
+        with self._lock:
+            self._wake_generation += 1
+            self._lock.notify_all()
+            blocked = [s.client_id for s in self._blocked.values() if s.client_id is not None]
+        for client_id in blocked:
+            try:
+                self._client.client_unblock(client_id)
+            except redis.RedisError:
+                pass  # the read ends by itself within one block slice
+
+    def close(self) -> None:
+        """Wake blocked readers and close every connection; the dispatcher is unusable afterwards."""
+        self._closed = True
+        self.wake()
+        for session in list(self._sessions):
+            session.close()
+        self._pool.disconnect()
+
+
+def _valid_queue(name: str) -> bool:
+    try:
+        validate_queue(name)
+    except ValidationError:
+        return False
+    return True
+
+
+def _entries(response: Any) -> Iterable[tuple[str, str, Any]]:
+    """Flatten an XREADGROUP reply (RESP2 list or RESP3 dict) to (stream, entry id, fields)."""
+    if not response:
+        return
+    pairs = response.items() if isinstance(response, dict) else response
+    for stream, messages in pairs:
+        if isinstance(messages, list) and len(messages) == 1 and isinstance(messages[0], list) and messages[0] and isinstance(messages[0][0], (list, tuple)):
+            messages = messages[0]  # RESP3 shape: {stream: [[entries]]}
+        for message in messages or ():
+            if not message:
+                continue
+            entry_id, fields = message[0], message[1]
+            yield str(stream), str(entry_id), fields
+
+
+def _autoclaim_parts(reply: Any) -> tuple[list[str], str | None, list[str]]:
+    """(claimed entry ids, next start id, deleted entry ids) of an XAUTOCLAIM reply
+    ``[next, [(id, fields) | None, ...], [deleted id, ...]]`` (the third part exists from Redis 7)."""
+    if not isinstance(reply, (list, tuple)) or len(reply) < 2:
+        return [], None, []
+    claimed = [str(m[0]) for m in (reply[1] or []) if m]
+    deleted = [str(x) for x in reply[2]] if len(reply) > 2 and reply[2] else []
+    return claimed, str(reply[0]), deleted
+
+
+__all__ = ["MIN_REDIS_VERSION", "RedisStreamsDispatcher", "check_server_version", "default_consumer_name"]

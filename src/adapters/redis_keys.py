@@ -1,0 +1,109 @@
+"""Redis key layout of the Redis Streams dispatcher, and the rules that keep keys safe.
+
+Every key of one application shares a single Redis Cluster hash tag, the prefix in braces, so all
+of them live in one hash slot: one ``XREADGROUP`` can then read all of a worker's queues, and one
+pipeline can touch several streams, on a cluster as on a single server.  The price is that one
+application's dispatch traffic lands on one cluster node; dispatch messages are tiny (a job id),
+so that node is rarely the bottleneck.
+
+With the default prefix ``tether`` the keys are::
+
+    {tether}:queue:<queue>     a stream per queue; each entry has one field, id = <job id>
+    {tether}:queues            a set of the queue names ever published (consumers with queues=None read these)
+    {tether}:swept:<job id>    a marker (SET NX PX) so the sweep re-publishes a job at most once per interval
+    {tether}:sweep-lock        held for one sweep interval by whichever process runs the periodic sweep
+
+Queue names are checked with :func:`tether.domain.validation.validate_queue` before they become part
+of a key, and the prefix and group name with :func:`validate_name`, so no caller-supplied text can
+smuggle a brace (another hash tag), a glob character or whitespace into a key.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from tether.domain.errors import ValidationError
+from tether.domain.validation import validate_queue
+
+#: Prefix and consumer-group names: 1-64 of letters, digits, ``_ . : -``, starting with a letter or digit.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")
+#: Consumer names: 1-200 printable characters without whitespace.
+CONSUMER_PATTERN = re.compile(r"[!-~]{1,200}")
+
+
+def validate_name(value: object, field: str) -> str:
+    """Return ``value`` if it matches :data:`NAME_PATTERN`, else raise ValidationError naming ``field``."""
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise ValidationError(
+            field, f"{value!r} is not usable in a Redis key (1-64 of letters, digits, '_', '.', ':', '-', starting with a letter or digit)"
+        )
+    return value
+
+
+def validate_consumer(value: object) -> str:
+    """Return ``value`` if it is 1-200 printable ASCII characters without spaces, else raise ValidationError."""
+    if not isinstance(value, str) or not CONSUMER_PATTERN.fullmatch(value):
+        raise ValidationError("consumer", f"{value!r:.80} must be 1-200 printable ASCII characters without spaces")
+    return value
+
+
+class StreamKeys:
+    """Builds and parses the keys of one application (see the module docstring for the layout).
+
+    Args:
+        prefix: the application's key prefix (:data:`NAME_PATTERN`); it becomes the hash tag.
+
+    Raises:
+        ValidationError: a bad prefix, or (from :meth:`stream`) a bad queue name.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = validate_name(prefix, "prefix")
+        self.tag = "{" + self.prefix + "}"
+        self.registry = f"{self.tag}:queues"
+        self.sweep_lock = f"{self.tag}:sweep-lock"
+        self._stream_head = f"{self.tag}:queue:"
+
+    def stream(self, queue: str) -> str:
+        """The stream key of ``queue`` (validated first)."""
+        return self._stream_head + validate_queue(queue)
+
+    def queue_of(self, stream: str) -> str:
+        """The queue name a stream key was built from (inverse of :meth:`stream`)."""
+        if not stream.startswith(self._stream_head):
+            raise ValueError(f"{stream!r} is not a stream of prefix {self.prefix!r}")
+        return stream[len(self._stream_head) :]
+
+    def swept(self, job_id: int) -> str:
+        """The once-per-interval sweep marker of one job."""
+        return f"{self.tag}:swept:{int(job_id)}"
+
+    def pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern covering every key of this prefix (tests use it to clean up)."""
+        return self.tag + ":*"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (in the authority and in a ``password=`` query
+    parameter), for error messages and logs.  Text that does not parse is returned as ``<unparsable URL>``."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostport = netloc.rpartition("@")
+            user, sep, _password = userinfo.partition(":")
+            netloc = f"{user}:***@{hostport}" if sep else f"{userinfo}@{hostport}"
+            # redis://secret@host means password "secret" in redis-py: hide a lone userinfo too
+            if not sep:
+                netloc = f"***@{hostport}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+__all__ = ["CONSUMER_PATTERN", "NAME_PATTERN", "StreamKeys", "redact_url", "validate_consumer", "validate_name"]

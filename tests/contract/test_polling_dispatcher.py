@@ -1,0 +1,15 @@
+"""The dispatcher contract against :class:`~tether.adapters.polling.PollingDispatcher` (memory repository)."""
+
+from __future__ import annotations
+
+import pytest
+from tether.adapters.polling import PollingDispatcher
+from tether.testing.contract.dispatcher import DispatcherContract
+
+
+class TestPollingDispatcher(DispatcherContract):
+    @pytest.fixture
+    def dispatcher(self, repository, clock):
+        d = PollingDispatcher(repository, clock, poll_interval=0.05, min_poll_interval=0.005)
+        yield d
+        d.close()
