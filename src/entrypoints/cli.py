@@ -405,8 +405,11 @@ def load_app(spec: str) -> "Tether":
         if not hasattr(target, part):
             raise ConfigurationError(f"app: {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
-    if not isinstance(target, Tether) and callable(target):
-        target = target()
+    if not isinstance(target, Tether) and callable(target) and not isinstance(target, type):
+        try:
+            target = target()
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's factory is a bad --app
+            raise ConfigurationError(f"app: calling {spec}() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(target, Tether):
         raise ConfigurationError(f"app: {spec} is a {type(target).__name__}, not a tether.Tether")
     return target
