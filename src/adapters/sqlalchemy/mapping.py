@@ -1,0 +1,67 @@
+"""Rows of ``tether_jobs`` to :class:`~tether.domain.job.Job` and back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from tether.domain.job import Job, JobStatus, NewJob
+
+
+def row_to_job(row: Any) -> Job:
+    """The :class:`Job` of a ``tether_jobs`` row (a Row or mapping with every column)."""
+    m: Mapping[str, Any] = row._mapping if hasattr(row, "_mapping") else row
+    return Job(
+        id=int(m["id"]),
+        job_type=m["job_type"],
+        queue=m["queue"],
+        payload_json=m["payload"],
+        priority=int(m["priority"]),
+        status=JobStatus(m["status"]),
+        attempts=int(m["attempts"]),
+        max_attempts=int(m["max_attempts"]),
+        scheduled_at=m["scheduled_at"],
+        created_at=m["created_at"],
+        idempotency_key=m["idempotency_key"],
+        lease_token=m["lease_token"],
+        leased_by=m["leased_by"],
+        leased_at=m["leased_at"],
+        lease_expires_at=m["lease_expires_at"],
+        last_error=m["last_error"],
+        finished_at=m["finished_at"],
+    )
+
+
+def new_job_values(new_job: NewJob, now: datetime) -> dict[str, Any]:
+    """Column values of a freshly enqueued job (``queued``, no attempts, created at ``now``)."""
+    return {
+        "job_type": new_job.job_type,
+        "queue": new_job.queue,
+        "payload": new_job.payload_json,
+        "priority": new_job.priority,
+        "status": JobStatus.QUEUED.value,
+        "attempts": 0,
+        "max_attempts": new_job.max_attempts,
+        "scheduled_at": new_job.scheduled_at,
+        "created_at": now,
+        "idempotency_key": new_job.idempotency_key,
+    }
+
+
+def job_state_values(job: Job) -> dict[str, Any]:
+    """The mutable columns of ``job`` (everything but id and the enqueue-time fields)."""
+    return {
+        "status": job.status.value,
+        "attempts": job.attempts,
+        "scheduled_at": job.scheduled_at,
+        "lease_token": job.lease_token,
+        "leased_by": job.leased_by,
+        "leased_at": job.leased_at,
+        "lease_expires_at": job.lease_expires_at,
+        "last_error": job.last_error,
+        "finished_at": job.finished_at,
+    }
+
+
+__all__ = ["job_state_values", "new_job_values", "row_to_job"]

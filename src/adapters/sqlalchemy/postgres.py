@@ -1,0 +1,228 @@
+"""``PostgresJobRepository``: the job repository on PostgreSQL (psycopg 3, ``postgresql+psycopg://``).
+
+- **Leases**: one round trip leases up to ``k`` jobs::
+
+      UPDATE tether_jobs SET status = 'running', attempts = attempts + 1, lease_token = ..., ...
+      FROM (SELECT id FROM tether_jobs
+            WHERE status IN ('queued', 'retrying') AND scheduled_at <= :now
+              AND attempts < max_attempts [AND queue IN (...)]
+            ORDER BY priority DESC, scheduled_at, id
+            LIMIT :k FOR UPDATE SKIP LOCKED) AS chosen
+      WHERE tether_jobs.id = chosen.id RETURNING tether_jobs.*
+
+  Concurrent workers skip each other's locked rows instead of queueing behind them.  The partial
+  indexes of :mod:`.schema` give the rows in lease order, so the cost does not grow with the
+  number of finished rows (case C19).
+- **Fencing tokens** of a batch lease are ``md5(secret || id)``, where ``secret`` is 128 random
+  bits drawn (from the OS's CSPRNG) for that one lease call: unique per lease, and known to the
+  caller before the statement runs.  If the connection dies while the lease commits, the
+  repository reads back the rows leased under that secret and returns them, so a lost reply
+  never silently burns an attempt.
+- **Idempotent enqueue** uses ``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING``:
+  an insert of a key held by another open transaction waits for it; rollback lets ours in,
+  commit makes ours return that job (case C10).  No unique-violation ever reaches a caller.
+- **Connection loss**: the pool pre-pings connections; reads, leases, reaps and keyed enqueues are
+  retried with backoff and then raised as :class:`~tether.domain.errors.StorageUnavailable`.
+  A fenced write whose commit outcome is unknown is re-verified by reading the row (still running
+  under the token: send again; the intended state: done; else LeaseLost).  An enqueue without an
+  idempotency key whose commit outcome is unknown is never re-sent: it raises StorageUnavailable
+  saying so.
+- **Time**: every stored time is the ``now`` the caller passes (the injected clock); the
+  server's ``now()`` is never used, so one clock rules all comparisons.
+- **Schema**: ``schema=`` names the PostgreSQL schema holding ``tether_jobs``, so several
+  applications (and parallel test runs) share one database.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Text, cast, create_engine, func, literal, select, text, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
+from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository, _UnknownOutcome, status_is
+from tether.domain.errors import ConfigurationError, TetherError
+from tether.domain.job import JobStatus
+
+SCHEMA_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+DEFAULT_POOL_SIZE = 10
+
+
+def validate_schema_name(schema: str | None) -> str | None:
+    """None, or a plain PostgreSQL identifier (letters, digits, ``_``; at most 63 characters).
+
+    Raises:
+        ConfigurationError: anything else (it is interpolated into DDL).
+    """
+    if schema is None:
+        return None
+    if not isinstance(schema, str) or not SCHEMA_PATTERN.fullmatch(schema):
+        raise ConfigurationError(
+            f"schema: {schema!r} is not a schema name (1-63 of letters, digits and '_', not starting with a digit)"
+        )
+    return schema
+
+
+def normalize_postgres_url(url: str | URL) -> URL:
+    """``postgresql://`` and ``postgres://`` become ``postgresql+psycopg://`` (psycopg 3)."""
+    if isinstance(url, str) and url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    url = make_url(url)
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def create_postgres_engine(url: str | URL, *, pool_size: int | None = None, connect_timeout: float = 10.0) -> Engine:
+    """An engine with a pool of ``pool_size`` connections (default 10) plus as many overflow,
+    pre-pinged on checkout so a connection killed by the server is replaced, not used.
+
+    Raises:
+        ConfigurationError: a bad pool size.
+    """
+    url = normalize_postgres_url(url)
+    size = DEFAULT_POOL_SIZE if pool_size is None else pool_size
+    if size < 1:
+        raise ConfigurationError(f"pool_size: must be >= 1, got {size}")
+    return create_engine(
+        url,
+        pool_size=size,
+        max_overflow=size,
+        pool_pre_ping=True,
+        pool_timeout=30,
+        connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": "tether"},
+    )
+
+
+class PostgresJobRepository(SqlAlchemyJobRepository):
+    """A :class:`~tether.ports.repository.JobRepository` on PostgreSQL (13 or newer)."""
+
+    def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
+        super().__init__(engine, schema=validate_schema_name(schema))
+
+    @classmethod
+    def from_url(cls, url: str | URL, *, schema: str | None = None, pool_size: int | None = None) -> PostgresJobRepository:
+        """A repository on ``url`` (see :func:`create_postgres_engine`); does not create the table."""
+        return cls(create_postgres_engine(url, pool_size=pool_size), schema=schema)
+
+    # -- schema ----------------------------------------------------------------------------------
+    def create_schema(self) -> None:
+        """Create the schema (if named) and ``tether_jobs`` with its indexes, if missing.
+
+        Idempotent and safe to run from several processes at once (an advisory lock serialises it).
+        """
+
+        def work(conn: Connection) -> None:
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": f"tether.schema:{self.schema or ''}"})
+            if self.schema is not None:
+                conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            self.metadata.create_all(conn, checkfirst=True)
+
+        self._write("create the schema", work)
+
+    def drop_schema(self) -> None:
+        """Drop the named schema with everything in it (or just ``tether_jobs`` when unnamed)."""
+        if self.schema is None:
+            super().drop_schema()
+            return
+        self._write("drop the schema", lambda c: c.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
+
+    # -- errors ----------------------------------------------------------------------------------
+    def _is_transient(self, error: BaseException) -> bool:
+        return isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError)) or (
+            isinstance(error, sa_exc.DBAPIError) and bool(error.connection_invalidated)
+        )
+
+    def _translate(self, error: sa_exc.DBAPIError, doing: str) -> TetherError:
+        message = str(getattr(error, "orig", error)).strip()
+        if "does not exist" in message and ("relation" in message or "schema" in message):
+            where = f"schema {self.schema!r}" if self.schema else "the default schema"
+            return ConfigurationError(
+                f"{self.safe_url}: the Tether table is missing in {where} ({message.splitlines()[0]}); "
+                f"run `tether db init --database-url {self.safe_url}`"
+                + (f" --schema {self.schema}" if self.schema else "")
+            )
+        return super()._translate(error, doing)
+
+    # -- statements ------------------------------------------------------------------------------
+    def _insert_ignoring_key_conflicts(self) -> Any:
+        return pg_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
+
+    def _lease_statement(
+        self, secret: str, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> Any:
+        t = self.table
+        chosen = (
+            select(t.c.id)
+            .where(*self._due_filter(now, queues))
+            .order_by(*self._lease_order())
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .subquery("chosen")
+        )
+        token = func.md5(literal(secret, Text()) + cast(t.c.id, Text()))
+        return (
+            update(t)
+            .where(t.c.id == chosen.c.id)
+            .values(**self._lease_values(worker_id, now, lease_timeout, token))
+            .returning(*t.c)
+        )
+
+    def _lease_write(
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> list[Row[Any]]:
+        for attempt in range(self.retry_attempts):
+            secret = secrets.token_hex(16)
+            stmt = self._lease_statement(
+                secret, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit
+            )
+            try:
+                return self._write_once("lease jobs", lambda c: list(c.execute(stmt)))  # noqa: B023 - called at once
+            except _UnknownOutcome:
+                recovered = self._read(
+                    "check an interrupted lease",
+                    lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
+                )
+                if recovered:
+                    return recovered
+                if attempt + 1 < self.retry_attempts:
+                    self._sleep(attempt)
+        return []
+
+    def _rows_leased_under(
+        self, conn: Connection, secret: str, worker_id: str, now: datetime, lease_timeout: float
+    ) -> list[Row[Any]]:
+        t = self.table
+        expires = now + timedelta(seconds=lease_timeout)
+        stmt = select(t).where(
+            status_is(t.c.status, JobStatus.RUNNING),
+            t.c.lease_expires_at == expires,
+            t.c.leased_by == worker_id,
+            t.c.lease_token == func.md5(literal(secret, Text()) + cast(t.c.id, Text())),
+        )
+        return list(conn.execute(stmt))
+
+    def _expired_rows(self, conn: Connection, now: datetime, limit: int) -> list[Row[Any]]:
+        t = self.table
+        stmt = (
+            select(t)
+            .where(status_is(t.c.status, JobStatus.RUNNING), t.c.lease_expires_at <= now)
+            .order_by(t.c.lease_expires_at, t.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return list(conn.execute(stmt))
+
+
+__all__ = [
+    "DEFAULT_POOL_SIZE",
+    "PostgresJobRepository",
+    "create_postgres_engine",
+    "normalize_postgres_url",
+    "validate_schema_name",
+]

@@ -1,0 +1,157 @@
+"""The ``tether_jobs`` table, its indexes, and the UTC datetime column type.
+
+One table holds every job.  Times are stored in one canonical, sortable form per database:
+
+- PostgreSQL: ``timestamptz`` (microsecond precision, compared by the server as instants);
+- SQLite: integer microseconds since the Unix epoch (``BIGINT``), so ``ORDER BY`` and ``<=``
+  compare instants exactly and no free-form text ever reaches the table.
+
+Indexes (all partial, so they stay as small as the live part of the queue, case C19):
+
+- ``ix_tether_jobs_leasable_queue`` on ``(queue, priority DESC, scheduled_at, id)`` and
+  ``ix_tether_jobs_leasable`` on ``(priority DESC, scheduled_at, id)``, both over
+  ``status IN ('queued', 'retrying')``: the lease query with and without a queue filter reads
+  them in lease order and stops after ``limit`` rows, whatever number of finished rows exist;
+- ``ix_tether_jobs_running_expiry`` on ``lease_expires_at`` over ``status = 'running'``: the reaper;
+- ``ix_tether_jobs_finished`` on ``finished_at`` over ``finished_at IS NOT NULL``: purge.
+
+``idempotency_key`` is UNIQUE (NULLs allowed, any number of them).  CHECK constraints keep the
+state machine's invariants in the database too: a known status, ``0 <= attempts <= max_attempts``,
+and a lease token present exactly while the job is running.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+from tether.domain.timeutil import UTC, ensure_utc, from_micros, to_micros
+
+TABLE_NAME = "tether_jobs"
+LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
+RUNNING_PREDICATE = "status = 'running'"
+FINISHED_PREDICATE = "finished_at IS NOT NULL"
+LEASABLE_QUEUE_INDEX = "ix_tether_jobs_leasable_queue"
+LEASABLE_INDEX = "ix_tether_jobs_leasable"
+RUNNING_INDEX = "ix_tether_jobs_running_expiry"
+FINISHED_INDEX = "ix_tether_jobs_finished"
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """An aware UTC datetime: ``timestamptz`` on PostgreSQL, integer microseconds on SQLite.
+
+    Binding a naive datetime raises :class:`~tether.domain.errors.ValidationError`; values read
+    back are always aware UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(BigInteger())
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        value = ensure_utc(value, "datetime")
+        if dialect.name == "sqlite":
+            return to_micros(value)
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if dialect.name == "sqlite" or isinstance(value, int):
+            return from_micros(int(value))
+        if value.tzinfo is None:  # a driver that drops the zone: timestamptz values are UTC here
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def build_jobs_table(metadata: MetaData) -> Table:
+    """Define ``tether_jobs`` (in ``metadata``'s schema) and its indexes; returns the Table."""
+    leasable = text(LEASABLE_PREDICATE)
+    table = Table(
+        TABLE_NAME,
+        metadata,
+        # BIGINT identity on PostgreSQL; INTEGER PRIMARY KEY AUTOINCREMENT (the rowid, never
+        # reused after purge) on SQLite.
+        Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+        Column("job_type", String(200), nullable=False),
+        Column("queue", String(64), nullable=False),
+        Column("payload", Text(), nullable=False),
+        Column("priority", Integer(), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("attempts", Integer(), nullable=False),
+        Column("max_attempts", Integer(), nullable=False),
+        Column("scheduled_at", UtcDateTime(), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("idempotency_key", String(255), nullable=True),
+        Column("lease_token", String(64), nullable=True),
+        Column("leased_by", String(200), nullable=True),
+        Column("leased_at", UtcDateTime(), nullable=True),
+        Column("lease_expires_at", UtcDateTime(), nullable=True),
+        Column("last_error", Text(), nullable=True),
+        Column("finished_at", UtcDateTime(), nullable=True),
+        UniqueConstraint("idempotency_key", name="uq_tether_jobs_idempotency_key"),
+        CheckConstraint(
+            "status IN ('queued', 'running', 'retrying', 'completed', 'dead')", name="ck_tether_jobs_status"
+        ),
+        CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="ck_tether_jobs_attempts"),
+        CheckConstraint(
+            "(status = 'running') = (lease_token IS NOT NULL)", name="ck_tether_jobs_lease_token"
+        ),
+        sqlite_autoincrement=True,
+    )
+    c = table.c
+    Index(
+        LEASABLE_QUEUE_INDEX,
+        c.queue,
+        c.priority.desc(),
+        c.scheduled_at,
+        c.id,
+        postgresql_where=leasable,
+        sqlite_where=leasable,
+    )
+    Index(
+        LEASABLE_INDEX,
+        c.priority.desc(),
+        c.scheduled_at,
+        c.id,
+        postgresql_where=leasable,
+        sqlite_where=leasable,
+    )
+    Index(RUNNING_INDEX, c.lease_expires_at, postgresql_where=text(RUNNING_PREDICATE), sqlite_where=text(RUNNING_PREDICATE))
+    Index(
+        FINISHED_INDEX, c.finished_at, postgresql_where=text(FINISHED_PREDICATE), sqlite_where=text(FINISHED_PREDICATE)
+    )
+    return table
+
+
+__all__ = [
+    "FINISHED_INDEX",
+    "LEASABLE_INDEX",
+    "LEASABLE_QUEUE_INDEX",
+    "RUNNING_INDEX",
+    "TABLE_NAME",
+    "UtcDateTime",
+    "build_jobs_table",
+]

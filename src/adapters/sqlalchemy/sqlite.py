@@ -1,0 +1,173 @@
+"""``SqliteJobRepository``: the job repository on an SQLite file (or ``:memory:``).
+
+Set-up (see :func:`create_sqlite_engine`):
+
+- WAL journal, so readers never block the writer; ``synchronous=FULL`` by default, so a
+  committed enqueue survives a power cut (``NORMAL`` is faster and survives a process crash);
+- ``busy_timeout``: a connection waits this long for the write lock before SQLite says
+  "database is locked";
+- pysqlite's own transaction handling is switched off (``isolation_level = None``) and the
+  repository emits ``BEGIN IMMEDIATE`` for every write transaction (leases, completions, enqueues)
+  and a plain ``BEGIN`` for reads: a write transaction holds the write lock from its first
+  statement, so a lease's read and write are one atomic step and never fail half-way with
+  ``SQLITE_BUSY_SNAPSHOT``;
+- no foreign keys.
+
+A "database is locked" that outlasts the busy timeout is retried with exponential backoff and,
+if it persists, raised as :class:`~tether.domain.errors.StorageUnavailable`; it is never read as
+"queue empty".  A locked write is always safe to retry: its transaction rolled back.
+
+``sqlite:///:memory:`` uses one shared connection (StaticPool) guarded by a lock, for quick use.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from sqlalchemy import create_engine, event, func, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
+from sqlalchemy.pool import StaticPool
+from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
+from tether.domain.errors import ConfigurationError, TetherError
+from tether.domain.lease import new_lease_token
+
+DEFAULT_BUSY_TIMEOUT = 5.0
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def is_memory_url(url: URL) -> bool:
+    """True for ``sqlite://`` and ``sqlite:///:memory:``."""
+    return url.database in (None, "", ":memory:")
+
+
+def create_sqlite_engine(
+    url: str | URL,
+    *,
+    pool_size: int | None = None,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    synchronous: str = "FULL",
+) -> Engine:
+    """An engine for the SQLite database at ``url`` set up as described in the module docstring.
+
+    Args:
+        url: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or ``sqlite:///:memory:``.
+        pool_size: connections kept open (default 10); a worker thread uses one at a time.
+        busy_timeout: seconds to wait for the write lock before "database is locked".
+        synchronous: SQLite's ``synchronous`` pragma (FULL, NORMAL, OFF, EXTRA).
+
+    Raises:
+        ConfigurationError: a bad ``synchronous`` value or pool size.
+    """
+    url = make_url(url)
+    if synchronous.upper() not in SYNCHRONOUS_MODES:
+        raise ConfigurationError(f"synchronous: {synchronous!r} is not one of {', '.join(SYNCHRONOUS_MODES)}")
+    if pool_size is not None and pool_size < 1:
+        raise ConfigurationError(f"pool_size: must be >= 1, got {pool_size}")
+    memory = is_memory_url(url)
+    connect_args: dict[str, Any] = {"check_same_thread": False, "timeout": busy_timeout}
+    if memory:
+        engine = create_engine(url, connect_args=connect_args, poolclass=StaticPool)
+    else:
+        size = pool_size or 10
+        engine = create_engine(url, connect_args=connect_args, pool_size=size, max_overflow=2 * size, pool_timeout=60)
+    sync = synchronous.upper()
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        try:
+            if not memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            cursor.execute(f"PRAGMA synchronous={sync}")
+        finally:
+            cursor.close()
+        dbapi_connection.create_function("tether_lease_token", 0, new_lease_token)
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("tether_write", True)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+class SqliteJobRepository(SqlAlchemyJobRepository):
+    """A :class:`~tether.ports.repository.JobRepository` on an SQLite database file.
+
+    Several processes may share one file (each with its own repository); every write holds the
+    database's write lock for one short transaction.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine, schema=None)
+        if is_memory_url(engine.url):
+            self._serial = threading.RLock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | URL,
+        *,
+        pool_size: int | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        synchronous: str = "FULL",
+    ) -> SqliteJobRepository:
+        """A repository on ``url`` (see :func:`create_sqlite_engine`); does not create the table."""
+        return cls(create_sqlite_engine(url, pool_size=pool_size, busy_timeout=busy_timeout, synchronous=synchronous))
+
+    @property
+    def path(self) -> str | None:
+        """The database file's absolute path (None for ``:memory:``)."""
+        database = self.engine.url.database
+        return None if is_memory_url(self.engine.url) or database is None else os.path.abspath(database)
+
+    def _is_transient(self, error: BaseException) -> bool:
+        if not isinstance(error, sa_exc.OperationalError):
+            return False
+        message = str(getattr(error, "orig", error)).lower()
+        return "locked" in message or "busy" in message
+
+    def _translate(self, error: sa_exc.DBAPIError, doing: str) -> TetherError:
+        message = str(getattr(error, "orig", error))
+        if "no such table" in message:
+            return ConfigurationError(
+                f"{self.safe_url}: the Tether table is missing ({message}); run `tether db init --database-url {self.safe_url}`"
+            )
+        if "unable to open database file" in message:
+            return ConfigurationError(
+                f"{self.safe_url}: cannot open the database file {self.path!r}: does its directory exist and is it writable?"
+            )
+        return super()._translate(error, doing)
+
+    def _insert_ignoring_key_conflicts(self) -> Any:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
+
+    def _lease_rows(
+        self, conn: Connection, *, queues: Any, worker_id: str, now: Any, lease_timeout: float, limit: int
+    ) -> list[Row[Any]]:
+        t = self.table
+        chosen = (
+            t.select()
+            .with_only_columns(t.c.id)
+            .where(*self._due_filter(now, queues))
+            .order_by(*self._lease_order())
+            .limit(limit)
+            .scalar_subquery()
+        )
+        stmt = (
+            update(t)
+            .where(t.c.id.in_(chosen))
+            .values(**self._lease_values(worker_id, now, lease_timeout, func.tether_lease_token()))
+            .returning(*t.c)
+        )
+        return list(conn.execute(stmt))
+
+
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "SqliteJobRepository", "create_sqlite_engine", "is_memory_url"]
