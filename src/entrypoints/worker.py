@@ -130,6 +130,7 @@ class _Running:
         self.lock = threading.Lock()
         self.finishing = False  # the handler returned; its outcome is being written
         self.released = False  # handed back at shutdown; nothing more is written for it
+        self.lost_counted = False  # a LeaseLost for this lease is in the stats already
 
 
 class WorkerPool:
@@ -434,6 +435,7 @@ class WorkerPool:
                         )
                     except LeaseLost:
                         entry.ctx.mark_lease_lost()
+                        entry.lost_counted = True
                         self._count("lease_lost")
                         logger.warning(
                             "worker %s: heartbeat refused for job %s: lease lost (the reaper or another worker took it); "
@@ -522,6 +524,9 @@ class WorkerPool:
     def _begin_finish(self, entry: _Running) -> bool:
         """Claim the right to write the job's outcome; False if shutdown released it or the lease is lost."""
         with entry.lock:
+            if entry.ctx.lease_lost and not entry.lost_counted:  # the handler's own ctx.heartbeat() was refused
+                entry.lost_counted = True
+                self._count("lease_lost")
             if entry.released or entry.ctx.lease_lost:
                 return False
             entry.finishing = True
