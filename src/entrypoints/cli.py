@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
@@ -39,7 +40,11 @@ if TYPE_CHECKING:
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
 
-stdout = Console(highlight=False, soft_wrap=True)
+
+
+def _stdout() -> Console:
+    """A console on the current stdout (made per call, so CliRunner's capture and COLUMNS apply)."""
+    return Console(highlight=False, soft_wrap=True)
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -240,9 +245,9 @@ def enqueue(
     if as_json:
         _print_json({"created": result.created, "job": job_to_dict(job)})
     elif result.created:
-        stdout.print(f"enqueued job {job.id} ({job.job_type} on queue {job.queue}, due {_short_time(job.scheduled_at)} UTC)")
+        _stdout().print(f"enqueued job {job.id} ({job.job_type} on queue {job.queue}, due {_short_time(job.scheduled_at)} UTC)")
     else:
-        stdout.print(f"job {job.id} already holds idempotency key {job.idempotency_key!r} ({job.status.value}); nothing enqueued")
+        _stdout().print(f"job {job.id} already holds idempotency key {job.idempotency_key!r} ({job.status.value}); nothing enqueued")
 
 
 @jobs_app.command("list")
@@ -268,9 +273,21 @@ def jobs_list(
     if as_json:
         _print_json({"counts": {s.value: counts.get(s, 0) for s in JobStatus}, "jobs": [job_to_dict(j) for j in jobs]})
         return
-    table = Table(title=f"{len(jobs)} job(s)" + (f" in queue {queue}" if queue else ""), title_justify="left")
-    for column in ("id", "type", "queue", "status", "attempts", "prio", "scheduled (UTC)", "last error"):
-        table.add_column(column, overflow="fold", justify="right" if column in ("id", "prio") else "left")
+    table = Table(
+        title=f"{len(jobs)} job(s)" + (f" in queue {queue}" if queue else ""),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    widest_type = max((len(job.job_type) for job in jobs), default=4)
+    table.add_column("id", justify="right", no_wrap=True, min_width=max([2, *(len(str(job.id)) for job in jobs)]))
+    table.add_column("type", no_wrap=True, min_width=min(widest_type, 20))
+    table.add_column("queue", no_wrap=True)
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("tries", no_wrap=True, min_width=5)
+    table.add_column("due (UTC)", no_wrap=True)
+    table.add_column("last error", no_wrap=True, overflow="ellipsis", max_width=30)
     for job in jobs:
         table.add_row(
             str(job.id),
@@ -278,12 +295,11 @@ def jobs_list(
             job.queue,
             job.status.value,
             f"{job.attempts}/{job.max_attempts}",
-            str(job.priority),
-            _short_time(job.scheduled_at),
-            (job.last_error or "")[:60],
+            job.scheduled_at.strftime("%m-%d %H:%M:%S"),
+            job.last_error or "",
         )
-    stdout.print(table)
-    stdout.print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
+    _stdout().print(table)
+    _stdout().print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
 
 
 @jobs_app.command("show")
@@ -309,7 +325,7 @@ def jobs_show(
         if key != "payload":
             table.add_row(key, "" if value is None else str(value))
     table.add_row("payload", json.dumps(data["payload"], indent=2, ensure_ascii=False))
-    stdout.print(table)
+    _stdout().print(table)
 
 
 @app.command()
@@ -323,7 +339,7 @@ def retry(
     settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
     with _open(settings) as tether_app:
         job = tether_app.retry(job_id)
-    stdout.print(f"job {job.id} is {job.status.value} again on queue {job.queue}")
+    _stdout().print(f"job {job.id} is {job.status.value} again on queue {job.queue}")
 
 
 @app.command()
@@ -340,7 +356,7 @@ def purge(
     settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
     with _open(settings) as tether_app:
         deleted = tether_app.purge(timedelta(seconds=seconds))
-    stdout.print(f"purged {deleted} finished job(s) older than {seconds:g} s")
+    _stdout().print(f"purged {deleted} finished job(s) older than {seconds:g} s")
 
 
 @app.command()
@@ -354,7 +370,7 @@ def reap(
     with _open(settings) as tether_app:
         jobs = tether_app.reap()
     retrying = sum(1 for job in jobs if job.status is JobStatus.RETRYING)
-    stdout.print(f"reaped {len(jobs)} expired lease(s): {retrying} retrying, {len(jobs) - retrying} dead")
+    _stdout().print(f"reaped {len(jobs)} expired lease(s): {retrying} retrying, {len(jobs) - retrying} dead")
 
 
 @db_app.command("init")
@@ -367,15 +383,11 @@ def db_init(
 
     settings = _settings(database_url=database_url, schema=schema)
     if settings.database_kind == "memory":
-        stdout.print("memory:// keeps nothing; there is no schema to create")
+        _stdout().print("memory:// keeps nothing; there is no schema to create")
         return
-    repository = open_sql_repository(settings.database_url, schema=settings.schema, create=False)
-    try:
-        create = getattr(repository, "create_schema")
-        create()
-    finally:
-        repository.close()
-    stdout.print(f"tables ready in {settings.safe_database_url}" + (f" (schema {settings.schema})" if settings.schema else ""))
+    repository = open_sql_repository(settings.database_url, schema=settings.schema, create=True)
+    repository.close()
+    _stdout().print(f"tables ready in {settings.safe_database_url}" + (f" (schema {settings.schema})" if settings.schema else ""))
 
 
 def load_app(spec: str) -> "Tether":
@@ -509,7 +521,7 @@ def demo(
         out=out,
         fresh=fresh,
     )
-    ok = run_demo(options, console=stdout)
+    ok = run_demo(options, console=_stdout())
     if not ok:
         raise typer.Exit(1)
 

@@ -1,0 +1,259 @@
+"""The ``tether`` CLI through Typer's CliRunner: bad input is one line, exit code 2, nothing
+written; the commands work on a SQLite file database."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tether.domain.errors import PermanentError
+from tether.domain.job import JobStatus
+from tether.entrypoints.cli import app
+from tether.entrypoints.container import connect
+
+SETTINGS_VARIABLES = (
+    "TETHER_DATABASE_URL", "TETHER_REDIS_URL", "TETHER_SCHEMA", "TETHER_CONCURRENCY", "TETHER_QUEUES",
+    "TETHER_POLL_INTERVAL", "TETHER_LEASE_TIMEOUT", "TETHER_HEARTBEAT_INTERVAL", "TETHER_REAP_INTERVAL",
+    "TETHER_DRAIN_TIMEOUT", "TETHER_MAX_PAYLOAD_BYTES", "TETHER_LOG_LEVEL", "TETHER_APP",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in SETTINGS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def cli_json(*args: str) -> Any:
+    result = cli(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def one_error_line(result: Any) -> str:
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("tether: error: "), result.output
+    return lines[0][len("tether: error: "):]
+
+
+BAD_INPUT = [
+    (["enqueue", "x", "--payload", "{bad"], "payload: is not valid JSON"),
+    (["enqueue", "x", "--payload", "[1, NaN]"], "payload[1]: is nan"),
+    (["enqueue", "x", "--payload", json.dumps("y" * 70_000)], "payload: "),
+    (["enqueue", "not a type!"], "job_type: "),
+    (["enqueue", "x", "--queue", "no spaces"], "queue: "),
+    (["enqueue", "x", "--max-attempts", "0"], "max_attempts: must be between 1 and 10000, got 0"),
+    (["enqueue", "x", "--priority", "99999999999"], "priority: "),
+    (["enqueue", "x", "--run-at", "2026-05-01T09:30:00"], "run_at: '2026-05-01T09:30:00' has no UTC offset"),
+    (["enqueue", "x", "--run-at", "next tuesday"], "run_at: 'next tuesday' is not an ISO 8601 date-time"),
+    (["enqueue", "x", "--run-at", "2026-05-01T09:30:00Z", "--delay", "5"], "run_at: give run_at or delay, not both"),
+    (["enqueue", "x", "--delay", "-1"], "delay: "),
+    (["enqueue", "x", "--idempotency-key", ""], "idempotency_key: "),
+    (["enqueue", "x", "--priority", "high"], "Invalid value for '--priority'"),
+    (["jobs", "list", "--status", "finished"], "Invalid value for '--status'"),
+    (["jobs", "list", "--queue", "a b"], "queue: "),
+    (["jobs", "list", "--limit", "0"], "Invalid value for '--limit'"),
+    (["purge", "--older-than", "-5"], "older_than: "),
+    (["jobs", "show", "seven"], "Invalid value for 'job_id'"),
+    (["worker", "--app", "tether_no_such_module_here:app"], "app: cannot import 'tether_no_such_module_here'"),
+    (["worker", "--app", "json:dumps", "--concurrency", "0"], "concurrency (--concurrency, TETHER_CONCURRENCY): must be from 1"),
+    (["worker", "--app", "json:nothing"], "app: 'json' has no attribute 'nothing'"),
+    (["worker", "--app", "json:dumps"], "app: calling json:dumps() failed: TypeError"),
+    (["worker", "--app", "json:JSONDecoder"], "app: json:JSONDecoder is a type, not a tether.Tether"),
+    (["worker"], "Missing option '--app'"),
+    (["frobnicate"], "No such command 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD_INPUT, ids=[" ".join(a)[:40] for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], expected: str) -> None:
+    path = tmp_path / "jobs.db"
+    takes_db = args[0] in ("enqueue", "jobs", "purge")
+    result = cli(*args, *(["--database-url", f"sqlite:///{path}"] if takes_db else []))
+    assert result.exit_code == 2, result.output
+    assert one_error_line(result).startswith(expected) or expected in one_error_line(result)
+    assert not path.exists()
+
+
+def test_bad_database_url_names_the_setting_and_hides_the_password(tmp_path: Path) -> None:
+    result = cli("enqueue", "x", "--database-url", "mysql://app:hunter2@db/jobs")
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert line.startswith("database_url (--database-url, TETHER_DATABASE_URL): unsupported URL 'mysql://app:***@db/jobs'")
+    assert "hunter2" not in result.output
+
+
+def test_bad_environment_value_is_bad_input(monkeypatch: pytest.MonkeyPatch, db: str) -> None:
+    monkeypatch.setenv("TETHER_LEASE_TIMEOUT", "-3")
+    result = cli("worker", "--app", "json:dumps")
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith("lease_timeout (--lease-timeout, TETHER_LEASE_TIMEOUT): must be > 0 seconds, got -3.0")
+
+
+def test_enqueue_list_show_with_idempotency(db: str) -> None:
+    first = cli_json("enqueue", "emails.send", "--payload", '{"to": "a@example.com", "n": 1}', "--queue", "mail",
+                     "--priority", "5", "--max-attempts", "4", "--idempotency-key", "welcome-42", "--database-url", db)
+    assert first["created"] is True
+    job = first["job"]
+    assert (job["job_type"], job["queue"], job["priority"], job["max_attempts"], job["status"]) == ("emails.send", "mail", 5, 4, "queued")
+    assert job["payload"] == {"to": "a@example.com", "n": 1}
+
+    again = cli("enqueue", "emails.send", "--payload", '{"to": "b@example.com"}', "--idempotency-key", "welcome-42", "--database-url", db)
+    assert again.exit_code == 0
+    assert f"job {job['id']} already holds idempotency key 'welcome-42' (queued); nothing enqueued" in again.output
+
+    later = cli_json("enqueue", "reports.build", "--delay", "3600", "--database-url", db)["job"]
+    scheduled = datetime.fromisoformat(later["scheduled_at"])
+    created = datetime.fromisoformat(later["created_at"])
+    assert scheduled - created == timedelta(seconds=3600)
+    at = cli_json("enqueue", "reports.build", "--run-at", "2030-01-02T03:04:05+02:00", "--database-url", db)["job"]
+    assert datetime.fromisoformat(at["scheduled_at"]) == datetime(2030, 1, 2, 1, 4, 5, tzinfo=timezone.utc)
+
+    listed = cli_json("jobs", "list", "--database-url", db)
+    assert [j["id"] for j in listed["jobs"]] == [job["id"], later["id"], at["id"]]
+    assert listed["counts"] == {"queued": 3, "running": 0, "retrying": 0, "completed": 0, "dead": 0}
+    assert [j["id"] for j in cli_json("jobs", "list", "--queue", "mail", "--database-url", db)["jobs"]] == [job["id"]]
+    assert cli_json("jobs", "list", "--status", "dead", "--database-url", db)["jobs"] == []
+    assert len(cli_json("jobs", "list", "--limit", "2", "--offset", "1", "--database-url", db)["jobs"]) == 2
+
+    table = cli("jobs", "list", "--database-url", db)
+    assert table.exit_code == 0 and "emails.send" in table.output and "reports.build" in table.output
+
+    shown = cli_json("jobs", "show", str(job["id"]), "--database-url", db)
+    assert shown["payload"] == {"to": "a@example.com", "n": 1}
+    assert shown["idempotency_key"] == "welcome-42"
+
+    missing = cli("jobs", "show", "999", "--database-url", db)
+    assert missing.exit_code == 2 and one_error_line(missing) == "job 999: not found"
+
+
+def test_environment_variable_is_used_and_a_flag_beats_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    env_db, flag_db = tmp_path / "env.db", tmp_path / "flag.db"
+    monkeypatch.setenv("TETHER_DATABASE_URL", f"sqlite:///{env_db}")
+    assert cli("enqueue", "a").exit_code == 0
+    assert cli("enqueue", "b", "--database-url", f"sqlite:///{flag_db}").exit_code == 0
+    in_env = [j["job_type"] for j in cli_json("jobs", "list")["jobs"]]
+    in_flag = [j["job_type"] for j in cli_json("jobs", "list", "--database-url", f"sqlite:///{flag_db}")["jobs"]]
+    assert (in_env, in_flag) == (["a"], ["b"])
+
+
+def _run_until_idle(db: str, handlers: dict[str, Any]) -> None:
+    tether_app = connect(db)
+    try:
+        for name, func in handlers.items():
+            tether_app.handler(name)(func)
+        tether_app.worker(concurrency=1, max_wait=0.05).run(stop_when_idle=True, install_signal_handlers=False)
+    finally:
+        tether_app.close()
+
+
+def test_retry_of_a_dead_job_and_of_a_live_one(db: str) -> None:
+    job_id = cli_json("enqueue", "charge", "--payload", '{"amount": 5}', "--database-url", db)["job"]["id"]
+
+    def refuse(payload: dict[str, Any]) -> None:
+        raise PermanentError("card declined")
+
+    _run_until_idle(db, {"charge": refuse})
+    dead = cli_json("jobs", "show", str(job_id), "--database-url", db)
+    assert (dead["status"], dead["attempts"]) == ("dead", 1)
+    assert dead["last_error"] == "PermanentError: card declined"
+
+    result = cli("retry", str(job_id), "--database-url", db)
+    assert result.exit_code == 0 and f"job {job_id} is queued again on queue default" in result.output
+    revived = cli_json("jobs", "show", str(job_id), "--database-url", db)
+    assert (revived["status"], revived["attempts"]) == ("queued", 0)
+
+    not_dead = cli("retry", str(job_id), "--database-url", db)
+    assert not_dead.exit_code == 2
+    assert one_error_line(not_dead) == f"job {job_id}: cannot retry a job that is queued"
+    assert cli_json("jobs", "show", str(job_id), "--database-url", db)["status"] == "queued"
+
+
+def test_purge_deletes_only_finished_jobs_older_than_the_cutoff(db: str) -> None:
+    done = cli_json("enqueue", "noop", "--database-url", db)["job"]["id"]
+    _run_until_idle(db, {"noop": lambda payload: None})
+    waiting = cli_json("enqueue", "noop", "--delay", "3600", "--database-url", db)["job"]["id"]
+
+    kept = cli("purge", "--older-than", "3600", "--database-url", db)
+    assert kept.exit_code == 0 and "purged 0 finished job(s)" in kept.output
+    purged = cli("purge", "--older-than", "0", "--database-url", db)
+    assert purged.exit_code == 0 and "purged 1 finished job(s)" in purged.output
+    assert [j["id"] for j in cli_json("jobs", "list", "--database-url", db)["jobs"]] == [waiting]
+    assert cli("jobs", "show", str(done), "--database-url", db).exit_code == 2
+
+
+def test_reap_takes_back_an_expired_lease(db: str) -> None:
+    two_hours_ago = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat()
+    job_id = cli_json("enqueue", "slow", "--run-at", two_hours_ago, "--database-url", db)["job"]["id"]
+    tether_app = connect(db)
+    try:
+        # A worker leased it an hour ago for 60 s and was never heard of again.
+        past = datetime.now(timezone.utc) - timedelta(hours=1)
+        leased = tether_app.repository.lease(queues=None, worker_id="gone-worker", now=past, lease_timeout=60.0)
+        assert [j.id for j in leased] == [job_id]
+    finally:
+        tether_app.close()
+    result = cli("reap", "--database-url", db)
+    assert result.exit_code == 0 and "reaped 1 expired lease(s): 1 retrying, 0 dead" in result.output
+    shown = cli_json("jobs", "show", str(job_id), "--database-url", db)
+    assert (shown["status"], shown["attempts"]) == ("retrying", 1)
+    assert cli("reap", "--database-url", db).output.strip().startswith("reaped 0")
+
+
+def test_db_init_creates_the_tables_and_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    for _ in range(2):
+        result = cli("db", "init", "--database-url", f"sqlite:///{path}")
+        assert result.exit_code == 0, result.output
+        assert "tables ready" in result.output
+    assert path.exists()
+    assert cli_json("jobs", "list", "--database-url", f"sqlite:///{path}")["jobs"] == []
+    memory = cli("db", "init", "--database-url", "memory://")
+    assert memory.exit_code == 0 and "nothing" in memory.output
+
+
+def test_worker_runs_the_handlers_of_the_app_it_is_pointed_at(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db: str
+) -> None:
+    out = tmp_path / "greeted.txt"
+    (tmp_path / "greeter_app_for_cli_test.py").write_text(
+        "import os\n"
+        "import tether\n"
+        "app = tether.connect(os.environ['TETHER_DATABASE_URL'])\n"
+        "@app.handler('greet', queue='hello')\n"
+        "def greet(payload):\n"
+        "    with open(os.environ['GREET_OUT'], 'a') as f:\n"
+        "        f.write(payload['name'] + '\\n')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("TETHER_DATABASE_URL", db)
+    monkeypatch.setenv("GREET_OUT", str(out))
+    for name in ("ada", "grace", "edsger"):
+        assert cli("enqueue", "greet", "--queue", "hello", "--payload", json.dumps({"name": name})).exit_code == 0
+    other = cli_json("enqueue", "greet", "--queue", "elsewhere", "--payload", '{"name": "nobody"}')["job"]["id"]
+    try:
+        result = cli("worker", "--app", "greeter_app_for_cli_test:app", "--queue", "hello", "--concurrency", "2", "--until-idle")
+    finally:
+        sys.modules.pop("greeter_app_for_cli_test", None)
+    assert result.exit_code == 0, result.output
+    assert sorted(out.read_text().split()) == ["ada", "edsger", "grace"]
+    counts = cli_json("jobs", "list")["counts"]
+    assert counts["completed"] == 3 and counts["queued"] == 1
+    assert cli_json("jobs", "show", str(other))["status"] == JobStatus.QUEUED.value

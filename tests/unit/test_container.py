@@ -1,0 +1,141 @@
+"""The composition root: adapters chosen from the URLs, one instance per container, tether.connect."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+import tether
+from tether.adapters.clock import FakeClock, SystemClock
+from tether.adapters.memory import InMemoryJobRepository
+from tether.adapters.polling import PollingDispatcher
+from tether.domain.errors import ConfigurationError, PayloadError, ValidationError
+from tether.domain.job import JobStatus
+from tether.domain.retry import RetryPolicy
+from tether.entrypoints.container import (
+    Container,
+    build_container,
+    connect,
+    dispatcher_kind,
+    from_settings,
+    repository_kind,
+)
+from tether.entrypoints.service import Tether
+from tether.entrypoints.settings import InvalidSetting, Settings
+
+
+def test_memory_url_wires_memory_repository_and_polling_dispatcher() -> None:
+    container = build_container(database_url="memory://", poll_interval=0.25)
+    repository = container.repository()
+    dispatcher = container.dispatcher()
+    assert isinstance(repository, InMemoryJobRepository)
+    assert isinstance(dispatcher, PollingDispatcher)
+    assert dispatcher.repository is repository
+    assert dispatcher.poll_interval == 0.25
+    assert isinstance(container.clock(), SystemClock)
+    app = container.app()
+    assert isinstance(app, Tether)
+    assert app.repository is repository and app.dispatcher is dispatcher
+    # Singletons per container, separate between containers.
+    assert container.repository() is repository and container.app() is app
+    assert build_container(database_url="memory://").repository() is not repository
+    app.close()
+
+
+def test_selectors() -> None:
+    assert repository_kind("memory://") == "memory"
+    assert repository_kind("sqlite:///x.db") == "sql"
+    assert repository_kind("postgresql+psycopg://u@h/db") == "sql"
+    assert dispatcher_kind(None) == "polling"
+    assert dispatcher_kind("redis://127.0.0.1:6379/0") == "redis"
+
+
+def test_bad_url_is_refused_before_anything_opens_and_hides_the_password() -> None:
+    with pytest.raises(InvalidSetting) as caught:
+        build_container(database_url="oracle://scott:tiger@db/orcl")
+    assert caught.value.setting == "database_url"
+    assert "tiger" not in str(caught.value) and "oracle://scott:***@db/orcl" in str(caught.value)
+    with pytest.raises(InvalidSetting) as caught:
+        connect("redis://127.0.0.1:6379/0")
+    assert caught.value.setting == "database_url"
+    with pytest.raises(InvalidSetting) as caught:
+        connect("memory://", redis_url="amqp://guest:guest@127.0.0.1/")
+    assert caught.value.setting == "redis_url" and "guest:guest" not in str(caught.value)
+
+
+def test_connect_is_exported_and_runs_a_job_end_to_end() -> None:
+    assert tether.connect is connect
+    clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc))
+    app = tether.connect(clock=clock, retry_policy=RetryPolicy(base_seconds=0.01, cap_seconds=0.01))
+    seen: list[dict[str, object]] = []
+
+    @app.handler("orders.confirm")
+    def confirm(payload: dict[str, object]) -> None:
+        seen.append(payload)
+
+    result = app.enqueue("orders.confirm", {"order": 17})
+    assert result.created
+    assert result.job.created_at == datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)  # the injected clock
+    app.worker(concurrency=1, max_wait=0.05).run(stop_when_idle=True, install_signal_handlers=False)
+    assert seen == [{"order": 17}]
+    assert app.get(result.job.id).status is JobStatus.COMPLETED
+    app.close()
+
+
+def test_connect_passes_app_options_through() -> None:
+    app = connect("memory://", max_payload_bytes=64, default_queue="mail", default_max_attempts=5)
+    job = app.enqueue("mail.send", {"to": "a@example.com"}).job
+    assert job.queue == "mail" and job.max_attempts == 5
+    with pytest.raises(PayloadError):
+        app.enqueue("mail.send", {"body": "x" * 100})
+    assert app.list() == [app.get(job.id)]  # nothing else was written
+    app.close()
+
+
+def test_connect_refuses_unknown_options_and_bad_values() -> None:
+    with pytest.raises(ConfigurationError, match="^pool_sise: not an option of tether.connect"):
+        connect("memory://", pool_sise=4)
+    with pytest.raises(ConfigurationError, match="^retry_policy:"):
+        connect("memory://", retry_policy={"base_seconds": 1})
+    with pytest.raises(InvalidSetting, match="^poll_interval "):
+        connect("memory://", poll_interval=0)
+    with pytest.raises(ValidationError, match="^default_queue:"):
+        connect("memory://", default_queue="no spaces allowed")
+
+
+def test_from_settings_applies_payload_limit_and_poll_interval() -> None:
+    app = from_settings(Settings(database_url="memory://", max_payload_bytes=32, poll_interval=0.5))
+    assert isinstance(app.dispatcher, PollingDispatcher) and app.dispatcher.poll_interval == 0.5
+    with pytest.raises(PayloadError):
+        app.enqueue("x", {"text": "y" * 40})
+    assert app.counts()[JobStatus.QUEUED] == 0
+    app.close()
+
+
+def test_clock_can_be_overridden_on_the_container() -> None:
+    container = Container()
+    container.config.from_dict({"database_url": "memory://", "redis_url": None, "poll_interval": 1.0, "redis": {}})
+    clock = FakeClock()
+    with container.clock.override(clock):
+        app = container.app()
+        assert app.clock is clock
+        app.close()
+
+
+def test_sqlite_url_opens_a_file_database(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    app = connect(f"sqlite:///{path}")
+    try:
+        assert type(app.repository).__name__ == "SqliteJobRepository"
+        job = app.enqueue("reports.build", {"month": "2026-02"}, idempotency_key="feb").job
+    finally:
+        app.close()
+    assert path.exists()
+    reopened = connect(f"sqlite:///{path}")
+    try:
+        again = reopened.enqueue("reports.build", {"month": "2026-02"}, idempotency_key="feb")
+        assert not again.created and again.job.id == job.id
+    finally:
+        reopened.close()
