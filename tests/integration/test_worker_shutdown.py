@@ -1,0 +1,217 @@
+"""Graceful shutdown (case C16), scaled down: drain deadline 1 s instead of 10 s.
+
+J1's handler sleeps 30 s cooperatively (ctx.sleep), J2's takes 0.3 s; SIGTERM arrives while both
+run; J3 is enqueued after it.  Expected: no lease after the signal (J3 stays queued), J2
+completes, J1 is released at the drain deadline (queued, lease cleared, attempt given back, never
+dead or completed) so another worker can lease it at once, and the process exits shortly after.
+One test sends a real SIGTERM to this process (run() on the main thread), one to a real child
+process and waits for it to exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tether.adapters.clock import SystemClock
+from tether.adapters.memory import InMemoryJobRepository
+from tether.adapters.polling import PollingDispatcher
+from tether.domain.job import JobStatus
+from tether.domain.transitions import RELEASED_ERROR
+from tether.entrypoints.context import JobContext
+from tether.entrypoints.service import Tether
+
+
+def wait_for(condition, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def make_app() -> Tether:
+    repo, clock = InMemoryJobRepository(), SystemClock()
+    return Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_c16_sigterm_drains_then_releases_under_the_fence() -> None:
+    app = make_app()
+    seen: dict[str, object] = {}
+    started = {"j1": threading.Event(), "j2": threading.Event()}
+
+    @app.handler("long")
+    def long_job(payload: dict, ctx: JobContext) -> None:
+        started["j1"].set()
+        seen["j1_slept_fully"] = ctx.sleep(30)
+        seen["j1_cancelled"] = ctx.cancelled
+
+    @app.handler("short")
+    def short_job(payload: dict, ctx: JobContext) -> None:
+        started["j2"].set()
+        time.sleep(0.3)
+        seen["j2_done"] = True
+
+    j1 = app.enqueue("long", {}).job
+    j2 = app.enqueue("short", {}).job
+    pool = app.worker(concurrency=3, lease_timeout=30, drain_timeout=1.0, reap_interval=30)
+    j3_holder: dict[str, int] = {}
+    signalled: dict[str, float] = {}
+
+    def operator() -> None:
+        started["j1"].wait(20)
+        started["j2"].wait(20)
+        signalled["at"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait_for(lambda: pool.stopping, what="the stop to begin")
+        j3_holder["id"] = app.enqueue("short", {"late": True}).job.id
+
+    previous = signal.getsignal(signal.SIGTERM)
+    helper = threading.Thread(target=operator)
+    helper.start()
+    stats = pool.run(install_signal_handlers=True)
+    returned = time.monotonic()
+    helper.join(10)
+    assert signal.getsignal(signal.SIGTERM) == previous  # handlers restored
+
+    final1, final2, final3 = app.get(j1.id), app.get(j2.id), app.get(j3_holder["id"])
+    assert (final2.status, final2.attempts) == (JobStatus.COMPLETED, 1)
+    assert (final1.status, final1.attempts, final1.last_error) == (JobStatus.QUEUED, 0, RELEASED_ERROR)
+    assert (final1.lease_token, final1.leased_by, final1.lease_expires_at, final1.finished_at) == (None, None, None, None)
+    assert (final3.status, final3.attempts) == (JobStatus.QUEUED, 0)
+    assert (stats.completed, stats.released, stats.dead, stats.lease_lost) == (1, 1, 0, 0)
+    # run() returned after the 1 s drain deadline, not after J1's 30 s
+    assert returned - signalled["at"] >= 1.0
+    wait_for(lambda: "j1_cancelled" in seen, what="J1's handler to see the cancellation")
+    assert seen == {"j1_slept_fully": False, "j1_cancelled": True, "j2_done": True}
+    # another worker can lease J1 at once (due now, lease cleared)
+    leased = app.repository.lease(queues=None, worker_id="other", now=app.clock.now(), lease_timeout=30, limit=5)
+    assert sorted(j.id for j in leased) == sorted([j1.id, final3.id])
+    assert {j.id: j.attempts for j in leased}[j1.id] == 1
+
+
+def test_stop_before_the_deadline_when_everything_finishes() -> None:
+    app = make_app()
+
+    @app.handler("quick")
+    def quick(payload: dict, ctx: JobContext) -> None:
+        ctx.sleep(0.2)
+
+    job = app.enqueue("quick", {}).job
+    pool = app.worker(concurrency=1, lease_timeout=30, drain_timeout=10, reap_interval=30)
+    pool.start()
+    wait_for(lambda: app.get(job.id).status is JobStatus.RUNNING, what="the lease")
+    stats = pool.stop()
+    assert app.get(job.id).status is JobStatus.COMPLETED
+    assert (stats.completed, stats.released) == (1, 0)
+
+
+def test_a_second_signal_ends_the_drain_at_once() -> None:
+    app = make_app()
+    gate = threading.Event()
+
+    @app.handler("stuck")
+    def stuck(payload: dict, ctx: JobContext) -> None:
+        gate.set()
+        ctx.sleep(60)
+
+    job = app.enqueue("stuck", {}).job
+    pool = app.worker(concurrency=1, lease_timeout=30, drain_timeout=120, reap_interval=30)
+    result: list[object] = []
+    runner = threading.Thread(target=lambda: result.append(pool.run(install_signal_handlers=False)))
+    runner.start()
+    gate.wait(20)
+    pool.request_stop()
+    time.sleep(0.3)
+    assert runner.is_alive()  # draining: up to 120 s
+    pool.request_stop()  # the second request cuts the drain
+    runner.join(20)
+    assert not runner.is_alive()
+    assert app.get(job.id).status is JobStatus.QUEUED
+    assert result[0].released == 1  # type: ignore[attr-defined]
+
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from tether.adapters.clock import SystemClock
+    from tether.adapters.memory import InMemoryJobRepository
+    from tether.adapters.polling import PollingDispatcher
+    from tether.entrypoints.service import Tether
+
+    repo, clock = InMemoryJobRepository(), SystemClock()
+    app = Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock)
+    running = set()
+
+    @app.handler("long")
+    def long_job(payload, ctx):
+        running.add("j1")
+        ctx.sleep(30)
+
+    @app.handler("stubborn")
+    def stubborn(payload):
+        running.add("j4")
+        time.sleep(60)   # ignores cancellation: must not keep the process alive
+
+    @app.handler("short")
+    def short_job(payload):
+        running.add("j2")
+        time.sleep(0.3)
+
+    ids = {"j1": app.enqueue("long", {}).job.id, "j2": app.enqueue("short", {}).job.id,
+           "j4": app.enqueue("stubborn", {}).job.id}
+    pool = app.worker(concurrency=4, lease_timeout=30, drain_timeout=1.0, reap_interval=30)
+
+    def announce():
+        while running != {"j1", "j2", "j4"}:
+            time.sleep(0.01)
+        print("RUNNING", flush=True)
+        while not pool.stopping:
+            time.sleep(0.01)
+        ids["j3"] = app.enqueue("short", {"late": True}).job.id
+
+    threading.Thread(target=announce, daemon=True).start()
+    stats = pool.run()
+    out = {name: [app.get(i).status.value, app.get(i).attempts, app.get(i).lease_token] for name, i in ids.items()}
+    print("RESULT " + json.dumps({"jobs": out, "released": stats.released, "completed": stats.completed}), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_c16_a_real_process_exits_shortly_after_sigterm(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "RUNNING", proc.stderr.read() if proc.stderr else line
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)  # J1 would sleep 30 s and J4 60 s
+        exited = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    result = json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    jobs = result["jobs"]
+    assert jobs["j2"] == ["completed", 1, None]
+    assert jobs["j1"] == ["queued", 0, None]
+    assert jobs["j4"] == ["queued", 0, None]
+    assert jobs["j3"] == ["queued", 0, None]
+    assert (result["released"], result["completed"]) == (2, 1)
+    assert exited - sent >= 1.0  # it did wait for the drain deadline
+    assert "drain deadline passed" in err
