@@ -78,9 +78,12 @@ def normalize_postgres_url(url: str | URL) -> URL:
     return url
 
 
-def create_postgres_engine(url: str | URL, *, pool_size: int | None = None, connect_timeout: float = 10.0) -> Engine:
+def create_postgres_engine(
+    url: str | URL, *, pool_size: int | None = None, connect_timeout: float = 10.0, application_name: str = "tether"
+) -> Engine:
     """An engine with a pool of ``pool_size`` connections (default 10) plus as many overflow,
     pre-pinged on checkout so a connection killed by the server is replaced, not used.
+    ``application_name`` shows in ``pg_stat_activity``; ``connect_timeout`` is in seconds.
 
     Raises:
         ConfigurationError: a bad pool size.
@@ -95,7 +98,7 @@ def create_postgres_engine(url: str | URL, *, pool_size: int | None = None, conn
         max_overflow=size,
         pool_pre_ping=True,
         pool_timeout=30,
-        connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": "tether"},
+        connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": application_name},
     )
 
 
@@ -106,9 +109,11 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         super().__init__(engine, schema=validate_schema_name(schema))
 
     @classmethod
-    def from_url(cls, url: str | URL, *, schema: str | None = None, pool_size: int | None = None) -> PostgresJobRepository:
+    def from_url(
+        cls, url: str | URL, *, schema: str | None = None, pool_size: int | None = None, application_name: str = "tether"
+    ) -> PostgresJobRepository:
         """A repository on ``url`` (see :func:`create_postgres_engine`); does not create the table."""
-        return cls(create_postgres_engine(url, pool_size=pool_size), schema=schema)
+        return cls(create_postgres_engine(url, pool_size=pool_size, application_name=application_name), schema=schema)
 
     # -- schema ----------------------------------------------------------------------------------
     def create_schema(self) -> None:

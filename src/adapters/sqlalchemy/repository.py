@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -605,7 +605,7 @@ class SqlAlchemyJobRepository(JobRepository):
             return row_to_job(row)
         raise StorageUnavailable(f"{self.safe_url}: could not {doing}: the connection kept failing")
 
-    _no_lease = {"lease_token": None, "leased_by": None, "leased_at": None, "lease_expires_at": None}
+    _no_lease: ClassVar[dict[str, Any]] = {"lease_token": None, "leased_by": None, "leased_at": None, "lease_expires_at": None}
 
     def complete(self, job_id: int, token: str, *, now: datetime) -> Job:
         """Fenced: ``completed`` at ``now``.  Raises LeaseLost, StorageUnavailable."""

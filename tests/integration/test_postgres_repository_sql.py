@@ -1,0 +1,406 @@
+"""PostgreSQL repository behaviour beyond the contract, on the real test server.
+
+One schema per module and run (``tether_test_<RUN_ID>_sql``), dropped at the end; each test
+starts from an empty table.  Covers C09 with the application's own ``orders`` table in its own
+Connection/Session, C10 with real concurrent transactions, C19's plan check, concurrent batch
+leases, connection loss, and bad URLs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select, text
+from sqlalchemy.orm import Session
+from tether.adapters.clock import FakeClock
+from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
+from tether.adapters.sqlalchemy import repository as repository_module
+from tether.adapters.sqlalchemy.postgres import normalize_postgres_url
+from tether.adapters.sqlalchemy.schema import LEASABLE_INDEX, LEASABLE_QUEUE_INDEX
+from tether.domain.errors import ConfigurationError, LeaseLost, StorageUnavailable, TetherError
+from tether.domain.job import JobStatus
+from tether.domain.validation import prepare_job
+
+from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+
+pytestmark = pytest.mark.postgres
+SCHEMA = f"tether_test_{RUN_ID}_sql"
+
+
+@pytest.fixture(scope="module")
+def shared_repo() -> Iterator[PostgresJobRepository]:
+    try:
+        repo = open_repository(DATABASE_URL, schema=SCHEMA, pool_size=30)
+    except TetherError as error:
+        service_unavailable("PostgreSQL", str(error))
+        raise
+    assert isinstance(repo, PostgresJobRepository)
+    with repo.engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE TABLE IF NOT EXISTS "{SCHEMA}".orders (id serial PRIMARY KEY, item text)')
+    yield repo
+    repo.drop_schema()
+    repo.close()
+
+
+@pytest.fixture
+def repo(shared_repo: PostgresJobRepository) -> PostgresJobRepository:
+    with shared_repo.engine.begin() as conn:
+        conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".tether_jobs, "{SCHEMA}".orders RESTART IDENTITY')
+    return shared_repo
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def orders() -> Table:
+    return Table("orders", MetaData(schema=SCHEMA), Column("id", Integer, primary_key=True), Column("item", String))
+
+
+def _job(clock: FakeClock, payload: Any = None, **options: Any) -> Any:
+    return prepare_job("orders.email", {"n": 1} if payload is None else payload, now=clock.now(), **options)
+
+
+# -- C09: the caller's own transaction -------------------------------------------------------------
+def test_c09_core_connection_commit_and_rollback(repo: PostgresJobRepository, clock: FakeClock, orders: Table) -> None:
+    app_engine = create_engine(normalize_postgres_url(DATABASE_URL))
+    notified: list[int] = []
+    try:
+        with pytest.raises(RuntimeError), app_engine.begin() as conn:
+            conn.execute(insert(orders).values(item="book"))
+            job = repo.enqueue(_job(clock), now=clock.now(), connection=conn).job
+            repo.on_commit(conn, lambda: notified.append(job.id))
+            # invisible to everyone else before commit
+            assert repo.list_jobs() == []
+            raise RuntimeError("the order failed")
+        assert repo.list_jobs() == [] and notified == []
+        with app_engine.begin() as conn:
+            conn.execute(insert(orders).values(item="pen"))
+            job = repo.enqueue(_job(clock), now=clock.now(), connection=conn).job
+            repo.on_commit(conn, lambda: notified.append(job.id))
+            assert notified == [] and repo.list_jobs() == []
+        assert notified == [job.id]
+        assert [j.id for j in repo.list_jobs()] == [job.id]
+        with app_engine.connect() as conn:
+            assert [r.item for r in conn.execute(select(orders))] == ["pen"]
+    finally:
+        app_engine.dispose()
+
+
+def test_c09_orm_session_with_savepoints(repo: PostgresJobRepository, clock: FakeClock, orders: Table) -> None:
+    app_engine = create_engine(normalize_postgres_url(DATABASE_URL))
+    notified: list[str] = []
+    try:
+        with Session(app_engine) as session:
+            session.execute(insert(orders).values(item="lamp"))
+            kept = repo.enqueue(_job(clock), now=clock.now(), connection=session).job
+            repo.on_commit(session, lambda: notified.append("kept"))
+            try:
+                with session.begin_nested():
+                    repo.enqueue(_job(clock, {"n": 2}), now=clock.now(), connection=session)
+                    repo.on_commit(session, lambda: notified.append("dropped"))
+                    raise KeyError("undo")
+            except KeyError:
+                pass
+            assert notified == []
+            session.commit()
+        assert notified == ["kept"]
+        assert [j.id for j in repo.list_jobs()] == [kept.id]
+        with Session(app_engine) as session:
+            repo.enqueue(_job(clock, {"n": 3}), now=clock.now(), connection=session)
+            repo.on_commit(session, lambda: notified.append("rolled back"))
+        # closed without commit: rolled back
+        assert notified == ["kept"] and len(repo.list_jobs()) == 1
+    finally:
+        app_engine.dispose()
+
+
+def test_c13_a_failed_insert_in_the_callers_transaction_is_reported(repo: PostgresJobRepository, clock: FakeClock,
+                                                                    orders: Table) -> None:
+    app_engine = create_engine(normalize_postgres_url(DATABASE_URL))
+    try:
+        with app_engine.begin() as conn:
+            conn.execute(insert(orders).values(item="desk"))
+            with pytest.raises(TetherError):  # rejected before any SQL: the transaction stays usable
+                repo.enqueue(_job(clock, {"blob": "€" * 22_000}), now=clock.now(), connection=conn)
+            job = repo.enqueue(_job(clock), now=clock.now(), connection=conn).job
+        assert [j.id for j in repo.list_jobs()] == [job.id]
+    finally:
+        app_engine.dispose()
+
+
+# -- C10: one idempotency key, real concurrent transactions ---------------------------------------
+def _contend(repo: PostgresJobRepository, clock: FakeClock, commit: bool) -> tuple[Any, Any]:
+    holder_started = threading.Event()
+    release = threading.Event()
+    results: dict[str, Any] = {}
+
+    def holder() -> None:
+        try:
+            with repo.transaction() as tx:
+                results["t1"] = repo.enqueue(_job(clock, {"by": "t1"}, idempotency_key="k2"), now=clock.now(), connection=tx)
+                holder_started.set()
+                release.wait(10)
+                if not commit:
+                    raise KeyError("roll back")
+        except KeyError:
+            pass
+
+    def contender() -> None:
+        results["t2"] = repo.enqueue(_job(clock, {"by": "t2"}, idempotency_key="k2"), now=clock.now())
+
+    t1 = threading.Thread(target=holder)
+    t1.start()
+    assert holder_started.wait(10)
+    t2 = threading.Thread(target=contender)
+    t2.start()
+    time.sleep(0.3)
+    assert t2.is_alive(), "T2 must wait for T1's open transaction, not guess"
+    release.set()
+    t1.join(10)
+    t2.join(10)
+    return results["t1"], results["t2"]
+
+
+def test_c10a_rollback_lets_the_waiting_enqueue_create(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    t1, t2 = _contend(repo, clock, commit=False)
+    assert t1.created and t2.created
+    assert t2.job.payload == {"by": "t2"}
+    assert [j.id for j in repo.list_jobs()] == [t2.job.id]
+
+
+def test_c10b_commit_makes_the_waiting_enqueue_return_it(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    t1, t2 = _contend(repo, clock, commit=True)
+    assert t1.created and not t2.created
+    assert t2.job == t1.job and t2.job.payload == {"by": "t1"}
+    assert len(repo.list_jobs()) == 1
+
+
+def test_c10c_twenty_threads_one_key(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    barrier = threading.Barrier(20)
+
+    def go(i: int) -> Any:
+        barrier.wait(10)
+        return repo.enqueue(_job(clock, {"i": i}, idempotency_key="k3"), now=clock.now())
+
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(go, range(20)))
+    assert len({r.job.id for r in results}) == 1
+    assert sum(r.created for r in results) == 1
+    assert len(repo.list_jobs()) == 1
+
+
+def test_enqueue_many_races_with_single_enqueues_on_shared_keys(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    keys = [f"key-{i}" for i in range(50)]
+
+    def bulk() -> Any:
+        return repo.enqueue_many([_job(clock, {"k": k}, idempotency_key=k) for k in keys], now=clock.now())
+
+    def singles() -> Any:
+        return [repo.enqueue(_job(clock, {"k": k}, idempotency_key=k), now=clock.now()) for k in reversed(keys)]
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(bulk), pool.submit(singles), pool.submit(bulk), pool.submit(singles)]
+        outcomes = [f.result(30) for f in futures]
+    ids_by_key: dict[str, set[int]] = {}
+    for outcome in outcomes:
+        for result in outcome:
+            ids_by_key.setdefault(result.job.idempotency_key, set()).add(result.job.id)
+    assert all(len(ids) == 1 for ids in ids_by_key.values()) and len(ids_by_key) == 50
+    assert sum(r.created for outcome in outcomes for r in outcome) == 50
+    assert len(repo.list_jobs(limit=1000)) == 50
+
+
+# -- batch leases under concurrency ---------------------------------------------------------------
+def test_concurrent_batch_leases_never_hand_out_a_job_twice(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    repo.enqueue_many([_job(clock, {"i": i}, priority=i % 3) for i in range(600)], now=clock.now())
+    leased: list[Any] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        while True:
+            jobs = repo.lease(queues=["default"], worker_id=f"w{n}", now=clock.now(), lease_timeout=60, limit=7)
+            if not jobs:
+                return
+            with lock:
+                leased.extend(jobs)
+            for job in jobs:
+                repo.complete(job.id, job.lease_token or "", now=clock.now())
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    ids = [j.id for j in leased]
+    assert len(ids) == 600 and len(set(ids)) == 600
+    assert len({j.lease_token for j in leased}) == 600
+    counts = repo.count_by_status()
+    assert counts[JobStatus.COMPLETED] == 600 and counts[JobStatus.RUNNING] == 0
+
+
+def test_a_batch_lease_comes_back_in_lease_order_with_distinct_tokens(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    t = clock.now()
+    specs = [(0, -10), (10, -1), (10, -5), (10, -5), (10, 60), (5, -3)]
+    ids = [repo.enqueue(_job(clock, {"i": i}, priority=p, run_at=t + timedelta(seconds=s)), now=t).job.id
+           for i, (p, s) in enumerate(specs)]
+    jobs = repo.lease(queues=None, worker_id="w", now=t, lease_timeout=60, limit=10)
+    assert [j.id for j in jobs] == [ids[2], ids[3], ids[1], ids[5], ids[0]]
+    assert len({j.lease_token for j in jobs}) == 5 and all(len(j.lease_token or "") == 32 for j in jobs)
+
+
+# -- C19: the lease query's plan ------------------------------------------------------------------
+@pytest.mark.slow
+def test_c19_lease_plan_uses_the_partial_index_with_many_finished_rows(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    now = clock.now()
+    with repo.engine.begin() as conn:
+        conn.execute(
+            text(
+                f'INSERT INTO "{SCHEMA}".tether_jobs (job_type, queue, payload, priority, status, attempts, max_attempts, '
+                "scheduled_at, created_at, finished_at) "
+                "SELECT 'done', (ARRAY['a','b','c'])[1 + g % 3], '{}', 0, "
+                "CASE WHEN g % 100 = 0 THEN 'dead' ELSE 'completed' END, 1, 3, :t, :t, :t "
+                "FROM generate_series(1, 200000) AS g"
+            ),
+            {"t": now - timedelta(hours=1)},
+        )
+    repo.enqueue_many([_job(clock, {"i": i}, queue="abc"[i % 3]) for i in range(100)], now=now)
+    with repo.engine.begin() as conn:
+        conn.exec_driver_sql(f'ANALYZE "{SCHEMA}".tether_jobs')
+    cases: list[tuple[Any, tuple[str, ...]]] = [
+        (["a"], (LEASABLE_QUEUE_INDEX,)),
+        (None, (LEASABLE_INDEX,)),
+        (["a", "b"], (LEASABLE_QUEUE_INDEX, LEASABLE_INDEX)),
+    ]
+    for queues, indexes in cases:
+        stmt = repo._lease_statement("0" * 32, queues=queues, worker_id="w", now=now, lease_timeout=60, limit=10)
+        with repo.engine.connect() as conn:
+            compiled = stmt.compile(conn, compile_kwargs={"render_postcompile": True})
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params) if r)
+            conn.rollback()
+        assert any(index in plan for index in indexes), plan
+        assert "Seq Scan on tether_jobs" not in plan, plan
+    assert len(repo.lease(queues=["a"], worker_id="w", now=now, lease_timeout=60, limit=50)) == 34
+
+
+# -- connection loss ------------------------------------------------------------------------------
+KILL_APP_NAME = f"tether-kill-{RUN_ID}"
+
+
+def _kill_backends(repo: PostgresJobRepository) -> int:
+    """pg_terminate_backend every connection of ``repo`` (and only those: its own application_name)."""
+    admin = create_engine(normalize_postgres_url(DATABASE_URL))
+    with admin.connect() as conn:
+        killed = conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = :name AND pid <> pg_backend_pid()"
+            ),
+            {"name": KILL_APP_NAME},
+        ).scalar_one()
+    admin.dispose()
+    return int(killed)
+
+
+def test_operations_survive_terminated_connections(shared_repo: PostgresJobRepository, clock: FakeClock) -> None:
+    # a repository of its own, so other tests' pools are not disturbed
+    repo = PostgresJobRepository.from_url(DATABASE_URL, schema=SCHEMA, pool_size=2, application_name=KILL_APP_NAME)
+    try:
+        with repo.engine.begin() as conn:
+            conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".tether_jobs RESTART IDENTITY')
+        job = repo.enqueue(_job(clock, idempotency_key="survivor"), now=clock.now()).job
+        assert _kill_backends(repo) >= 1
+        with pytest.raises(LeaseLost):  # a fenced write after the kill still answers correctly
+            repo.complete(job.id, "0" * 32, now=clock.now())
+        leased = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)
+        assert [j.id for j in leased] == [job.id]
+        assert _kill_backends(repo) >= 1
+        done = repo.complete(job.id, leased[0].lease_token or "", now=clock.now())
+        assert done.status is JobStatus.COMPLETED
+        _kill_backends(repo)
+        assert repo.get(job.id).status is JobStatus.COMPLETED
+    finally:
+        repo.close()
+
+
+def test_an_interrupted_lease_commit_is_recovered_not_lost(repo: PostgresJobRepository, clock: FakeClock,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fakes only what cannot be caused on demand: the reply to a committed lease is lost."""
+    job = repo.enqueue(_job(clock), now=clock.now()).job
+    real = repo._write_once
+
+    def commit_then_lose_reply(doing: str, work: Any) -> Any:
+        real(doing, work)  # the lease really commits...
+        raise repository_module._UnknownOutcome(ConnectionError("server closed the connection"))  # ...reply lost
+
+    monkeypatch.setattr(repo, "_write_once", commit_then_lose_reply)
+    leased = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)
+    monkeypatch.undo()
+    assert [j.id for j in leased] == [job.id]
+    assert repo.get(job.id).lease_token == leased[0].lease_token and leased[0].attempts == 1
+    assert repo.complete(job.id, leased[0].lease_token or "", now=clock.now()).status is JobStatus.COMPLETED
+
+
+def test_an_interrupted_fenced_write_is_verified_by_reading_the_row(repo: PostgresJobRepository, clock: FakeClock,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    a = repo.enqueue(_job(clock), now=clock.now()).job
+    b = repo.enqueue(_job(clock), now=clock.now()).job
+    leased = {j.id: j for j in repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=2)}
+    real = repo._write_once
+    mode = {"commit": True}
+
+    def interrupted(doing: str, work: Any) -> Any:
+        if mode["commit"]:
+            real(doing, work)
+        mode["commit"] = True
+        raise repository_module._UnknownOutcome(ConnectionError("lost"))
+
+    monkeypatch.setattr(repo, "_write_once", interrupted)
+    # committed, reply lost: the row shows our completion -> success
+    assert repo.complete(a.id, leased[a.id].lease_token or "", now=clock.now()).status is JobStatus.COMPLETED
+    # not committed, reply lost: the row is still ours -> sent again, and it lands
+    mode["commit"] = False
+    calls = {"n": 0}
+
+    def first_fails(doing: str, work: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise repository_module._UnknownOutcome(ConnectionError("lost before commit"))
+        return real(doing, work)
+
+    monkeypatch.setattr(repo, "_write_once", first_fails)
+    failed = repo.fail(b.id, leased[b.id].lease_token or "", now=clock.now(), error="boom", retry_at=clock.now())
+    assert failed.status is JobStatus.RETRYING and calls["n"] == 2
+    monkeypatch.undo()
+    with pytest.raises(LeaseLost):
+        repo.complete(b.id, leased[b.id].lease_token or "", now=clock.now())
+
+
+# -- bad input --------------------------------------------------------------------------------------
+def test_bad_urls_name_the_url_without_its_password(shared_repo: PostgresJobRepository) -> None:
+    base = normalize_postgres_url(DATABASE_URL)
+    unreachable = base.set(port=1, password="s3cret-pw").render_as_string(hide_password=False)
+    with pytest.raises(StorageUnavailable) as info:
+        open_repository(unreachable)
+    assert "s3cret-pw" not in str(info.value) and "***" in str(info.value)
+    unknown_db = base.set(database=f"no_such_db_{RUN_ID}", password="s3cret-pw").render_as_string(hide_password=False)
+    with pytest.raises(ConfigurationError) as info:
+        open_repository(unknown_db)
+    assert "does not exist" in str(info.value) and "s3cret-pw" not in str(info.value)
+    unknown_role = base.set(username=f"nobody_{RUN_ID}", password="s3cret-pw").render_as_string(hide_password=False)
+    with pytest.raises(ConfigurationError) as info:
+        open_repository(unknown_role)
+    assert "s3cret-pw" not in str(info.value)
+    with pytest.raises(ConfigurationError) as info:
+        open_repository(DATABASE_URL, schema=f"tether_test_{RUN_ID}_absent", create=False)
+    assert "tether db init" in str(info.value)
+    with pytest.raises(ConfigurationError):
+        open_repository(DATABASE_URL, schema="bad-name; DROP")
