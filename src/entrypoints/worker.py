@@ -353,6 +353,8 @@ class WorkerPool:
             self._stats[key] += n
 
     def _idle(self) -> bool:
+        if self.in_flight:  # cheap check first: counting jobs can cost a scan of the store
+            return False
         try:
             queues: Sequence[str | None] = self.queues if self.queues is not None else [None]
             for name in queues:
