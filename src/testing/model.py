@@ -1,0 +1,211 @@
+"""A pure model of the job state machine: the independent oracle the state machines check against.
+
+It is written from ``shared/DESIGN.md`` in plain dicts and dataclasses and deliberately shares no
+code with :mod:`tether.domain` (not the transitions, not the statuses), so a bug there cannot hide
+itself by being in the oracle too.  Jobs are numbered 1, 2, 3 ... in enqueue order (``ordinal``);
+the caller maps ordinals to the ids a repository assigns.  Fencing tokens come from the repository
+and are recorded here.
+
+The rules, restated:
+- enqueue: ``queued``, attempts 0; an idempotency key held by a stored job returns that job.
+- lease: due jobs (queued/retrying, ``scheduled_at <= now``) in order priority DESC,
+  scheduled_at ASC, id ASC; attempts + 1; the lease expires ``lease_timeout`` seconds later.
+- holder writes need the job ``running`` under exactly that token, else "lease lost":
+  complete -> completed; fail -> retrying at ``retry_at`` if given and attempts < max, else dead;
+  dead letter -> dead; heartbeat -> expiry ``max(old, now + timeout)``; release -> queued, due now,
+  attempts - 1.
+- reap: running jobs whose expiry <= now -> retrying due now (attempts < max) or dead.
+- retry_dead: dead -> queued, attempts 0, due now.  purge: completed/dead with finished_at < cutoff
+  are deleted and free their keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+QUEUED, RUNNING, RETRYING, COMPLETED, DEAD = "queued", "running", "retrying", "completed", "dead"
+STATUSES = (QUEUED, RUNNING, RETRYING, COMPLETED, DEAD)
+
+
+class ModelLeaseLost(Exception):
+    """The model's verdict: this holder write must be refused (the repository raises LeaseLost)."""
+
+
+class ModelInvalid(Exception):
+    """The model's verdict: the move is not allowed (the repository raises InvalidTransition)."""
+
+
+class ModelNotFound(Exception):
+    """The model's verdict: no such job (the repository raises JobNotFound)."""
+
+
+@dataclass
+class ModelJob:
+    """The model's view of one job.  ``has_error`` None means "the port leaves it open"."""
+
+    ordinal: int
+    queue: str
+    priority: int
+    max_attempts: int
+    scheduled_at: datetime
+    key: str | None
+    payload: object
+    status: str = QUEUED
+    attempts: int = 0
+    token: str | None = None
+    worker: str | None = None
+    lease_expires_at: datetime | None = None
+    has_error: bool | None = False
+    finished_at: datetime | None = None
+
+    def due(self, now: datetime) -> bool:
+        return self.status in (QUEUED, RETRYING) and self.scheduled_at <= now
+
+    def order(self) -> tuple[int, datetime, int]:
+        return (-self.priority, self.scheduled_at, self.ordinal)
+
+    def _drop_lease(self) -> None:
+        self.token = None
+        self.worker = None
+        self.lease_expires_at = None
+
+
+class JobModel:
+    """All jobs the model knows, by ordinal; purged ones are removed."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, ModelJob] = {}
+        self.keys: dict[str, int] = {}
+        self.enqueued = 0
+        self.tokens: set[str] = set()
+
+    # -- enqueue -----------------------------------------------------------------------------
+    def enqueue(
+        self, *, queue: str, priority: int, max_attempts: int, scheduled_at: datetime, key: str | None, payload: object
+    ) -> tuple[int, bool]:
+        """Returns ``(ordinal, created)``; an existing key returns the holder's ordinal, False."""
+        if key is not None and key in self.keys:
+            return self.keys[key], False
+        self.enqueued += 1
+        self.jobs[self.enqueued] = ModelJob(self.enqueued, queue, priority, max_attempts, scheduled_at, key, payload)
+        if key is not None:
+            self.keys[key] = self.enqueued
+        return self.enqueued, True
+
+    # -- leases ------------------------------------------------------------------------------
+    def next_leases(self, *, now: datetime, queues: tuple[str, ...] | None, limit: int) -> list[int]:
+        """Ordinals a lease of up to ``limit`` jobs takes, in lease order."""
+        due = [j for j in self.jobs.values() if j.due(now) and (queues is None or j.queue in queues)]
+        return [j.ordinal for j in sorted(due, key=ModelJob.order)[:limit]]
+
+    def can_lease(self, ordinal: int, now: datetime) -> bool:
+        job = self.jobs.get(ordinal)
+        return job is not None and job.due(now) and job.attempts < job.max_attempts
+
+    def record_lease(self, ordinal: int, *, token: str, worker: str, now: datetime, lease_timeout: float) -> ModelJob:
+        """Apply a lease the repository granted; the token must be new."""
+        if token in self.tokens:
+            raise AssertionError(f"lease token {token!r} was handed out before")
+        job = self.jobs[ordinal]
+        if not job.due(now) or job.attempts >= job.max_attempts:
+            raise AssertionError(f"job #{ordinal} was leased though the model says it is not leasable")
+        self.tokens.add(token)
+        job.status = RUNNING
+        job.attempts += 1
+        job.token = token
+        job.worker = worker
+        job.lease_expires_at = now + timedelta(seconds=lease_timeout)
+        return job
+
+    def _holder(self, ordinal: int, token: str) -> ModelJob:
+        job = self.jobs.get(ordinal)
+        if job is None or job.status != RUNNING or job.token != token:
+            raise ModelLeaseLost(ordinal)
+        return job
+
+    # -- holder writes -----------------------------------------------------------------------
+    def complete(self, ordinal: int, token: str, *, now: datetime) -> ModelJob:
+        job = self._holder(ordinal, token)
+        job.status, job.finished_at = COMPLETED, now
+        job._drop_lease()
+        return job
+
+    def fail(self, ordinal: int, token: str, *, now: datetime, retry_at: datetime | None) -> ModelJob:
+        job = self._holder(ordinal, token)
+        job.has_error = True
+        job._drop_lease()
+        if retry_at is not None and job.attempts < job.max_attempts:
+            job.status, job.scheduled_at = RETRYING, retry_at
+        else:
+            job.status, job.finished_at = DEAD, now
+        return job
+
+    def dead_letter(self, ordinal: int, token: str, *, now: datetime) -> ModelJob:
+        return self.fail(ordinal, token, now=now, retry_at=None)
+
+    def heartbeat(self, ordinal: int, token: str, *, now: datetime, lease_timeout: float) -> ModelJob:
+        job = self._holder(ordinal, token)
+        assert job.lease_expires_at is not None
+        job.lease_expires_at = max(job.lease_expires_at, now + timedelta(seconds=lease_timeout))
+        return job
+
+    def release(self, ordinal: int, token: str, *, now: datetime) -> ModelJob:
+        job = self._holder(ordinal, token)
+        job.status, job.scheduled_at = QUEUED, now
+        job.attempts -= 1
+        job.has_error = None  # the port does not say whether a release leaves a note
+        job._drop_lease()
+        return job
+
+    # -- maintenance -------------------------------------------------------------------------
+    def expired(self, now: datetime) -> list[int]:
+        return sorted(
+            j.ordinal
+            for j in self.jobs.values()
+            if j.status == RUNNING and j.lease_expires_at is not None and j.lease_expires_at <= now
+        )
+
+    def reap(self, ordinal: int, *, now: datetime) -> ModelJob:
+        job = self.jobs[ordinal]
+        job.has_error = True
+        job._drop_lease()
+        if job.attempts < job.max_attempts:
+            job.status, job.scheduled_at = RETRYING, now
+        else:
+            job.status, job.finished_at = DEAD, now
+        return job
+
+    def retry_dead(self, ordinal: int, *, now: datetime) -> ModelJob:
+        job = self.jobs.get(ordinal)
+        if job is None:
+            raise ModelNotFound(ordinal)
+        if job.status != DEAD:
+            raise ModelInvalid(ordinal)
+        job.status, job.attempts, job.scheduled_at, job.finished_at = QUEUED, 0, now, None
+        return job
+
+    def purge(self, *, older_than: datetime) -> list[int]:
+        doomed = [
+            j.ordinal
+            for j in self.jobs.values()
+            if j.status in (COMPLETED, DEAD) and j.finished_at is not None and j.finished_at < older_than
+        ]
+        for ordinal in doomed:
+            job = self.jobs.pop(ordinal)
+            if job.key is not None and self.keys.get(job.key) == ordinal:
+                del self.keys[job.key]
+        return doomed
+
+    # -- views -------------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        counts = {status: 0 for status in STATUSES}
+        for job in self.jobs.values():
+            counts[job.status] += 1
+        return counts
+
+    def running(self) -> list[ModelJob]:
+        return [j for j in self.jobs.values() if j.status == RUNNING]
+
+
+__all__ = ["JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound", "STATUSES"]

@@ -1,0 +1,95 @@
+"""The state machine earns its keep: with its default budget it finds planted fencing bugs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tether.adapters.memory import InMemoryJobRepository
+from tether.domain.job import Job
+from tether.testing.statemachine import RepositoryStateMachine, lockstep_machine
+
+#: The machine's own budget (examples and steps), made deterministic and without the example
+#: database, so the test shows what the default budget finds from scratch.  Shrinking is skipped:
+#: finding the bug is the point here, and a minimal history would only cost time.
+BUDGET = settings(
+    RepositoryStateMachine.hypothesis_settings,
+    derandomize=True,
+    database=None,
+    print_blob=False,
+    report_multiple_bugs=False,
+    phases=[Phase.explicit, Phase.generate],
+)
+
+
+class TokenBlindCompleteRepository(InMemoryJobRepository):
+    """Planted bug: ``complete`` checks only that the job is running, not whose lease it is."""
+
+    def complete(self, job_id: int, token: str, *, now: datetime) -> Job:
+        current = self._jobs.get(job_id)
+        if current is not None and current.lease_token is not None:
+            token = current.lease_token
+        return super().complete(job_id, token, now=now)
+
+
+class JobHistoryFenceRepository(InMemoryJobRepository):
+    """Planted bug: ``fail`` accepts any token the job was ever leased under, as a fence on
+    (job id, worker name) would after a restart (case C03's trap)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict[int, set[str]] = {}
+
+    def _store(self, job: Job) -> None:
+        if job.lease_token is not None:
+            self.history.setdefault(job.id, set()).add(job.lease_token)
+        super()._store(job)
+
+    def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
+        current = self._jobs.get(job_id)
+        if current is not None and current.lease_token is not None and token in self.history.get(job_id, set()):
+            token = current.lease_token
+        return super().fail(job_id, token, now=now, error=error, retry_at=retry_at)
+
+
+class ReaperIgnoresExpiryRepository(InMemoryJobRepository):
+    """Planted bug: the reaper takes back leases one minute early."""
+
+    def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
+        from datetime import timedelta
+
+        return super().reap(now=now + timedelta(seconds=60), limit=limit)
+
+
+@pytest.mark.parametrize(
+    "repository_class",
+    [TokenBlindCompleteRepository, JobHistoryFenceRepository, ReaperIgnoresExpiryRepository],
+    ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper"],
+)
+def test_state_machine_finds_the_planted_bug(repository_class: type[InMemoryJobRepository]) -> None:
+    class Planted(RepositoryStateMachine):
+        def make_repository(self) -> InMemoryJobRepository:
+            return repository_class()
+
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(Planted, settings=BUDGET)
+    assert "differ" in str(info.value) or "accepted" in str(info.value) or "reaped" in str(info.value)
+
+
+def test_the_correct_repository_passes_the_same_budget() -> None:
+    run_state_machine_as_test(RepositoryStateMachine, settings=BUDGET)
+
+
+@pytest.mark.parametrize(
+    "repository_class",
+    [TokenBlindCompleteRepository, ReaperIgnoresExpiryRepository],
+    ids=["complete-ignores-token", "early-reaper"],
+)
+def test_lockstep_machine_finds_a_repository_that_differs(repository_class: type[InMemoryJobRepository]) -> None:
+    machine = lockstep_machine(InMemoryJobRepository, repository_class, name="PlantedLockstep")
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(machine, settings=BUDGET)
+    assert "!=" in str(info.value) or "differ" in str(info.value)
