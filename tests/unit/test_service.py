@@ -438,3 +438,25 @@ def test_naive_utc_check_on_run_at_is_stated(app: Tether) -> None:
     with pytest.raises(ValidationError) as info:
         app.enqueue("t", {}, run_at=datetime(2026, 1, 1, tzinfo=timezone.utc), delay=5)
     assert info.value.field == "run_at"
+
+
+def test_rollback_on_sqlite_stores_and_notifies_nothing(tmp_path, clock: FakeClock) -> None:
+    """C09(a) through the API on a SQLite file: the same outcome as on memory."""
+    from tether.adapters.sqlalchemy import open_repository
+
+    repo = open_repository(f"sqlite:///{tmp_path / 'jobs.db'}")
+    dispatcher = RecordingDispatcher()
+    app = Tether(repo, dispatcher, clock)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(RuntimeError):
+            with app.transaction() as tx:
+                app.enqueue("orders.ship", {"order": 1}, connection=tx, idempotency_key="order-1")
+                raise RuntimeError("payment declined")
+        assert repo.list_jobs() == [] and dispatcher.notified == []
+        with app.transaction() as tx:
+            job = app.enqueue("orders.ship", {"order": 1}, connection=tx, idempotency_key="order-1").job
+            assert dispatcher.notified == []
+        assert dispatcher.notified == [[job.id]]
+        assert app.get(job.id).status is JobStatus.QUEUED
+    finally:
+        app.close()
