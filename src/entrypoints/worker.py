@@ -201,7 +201,10 @@ class WorkerPool:
         self._stats: dict[str, int] = dict.fromkeys(attrs.fields_dict(WorkerStats), 0)
         self._stopping = threading.Event()  # no more leases
         self._stop_requested = threading.Event()  # run(): a signal or stop() asked to stop
-        self._cut_drain = threading.Event()  # end the drain now (second signal)
+        self._cut_drain = threading.Event()  # end the drain now (a second request)
+        # Signals only bump this counter: a handler runs on the main thread between bytecodes and
+        # must not take a lock (an Event's included) that the main thread may be holding.
+        self._signals = 0
         self._inbox: queue_module.Queue[_Running | None] = queue_module.Queue()
         self._heartbeat_stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -270,12 +273,15 @@ class WorkerPool:
             self._stopped = True
         self._stopping.set()
         self._stop_requested.set()
+        signals_at_stop = self._signals
+        with self._lock:
+            self._lock.notify_all()  # the acquirer may be waiting for a free thread
         self.dispatcher.wake()
         logger.info("worker %s stopping: no new leases; draining %d jobs for up to %.1f s", self.worker_id, self.in_flight, drain)
         deadline = time.monotonic() + drain
         self._join("tether-acquire", timeout=max(self.max_wait, 1.0) + 5.0)
         with self._lock:
-            while self._busy and not self._cut_drain.is_set():
+            while self._busy and not self._cut_drain.is_set() and self._signals == signals_at_stop:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -300,7 +306,7 @@ class WorkerPool:
         return stats
 
     def request_stop(self) -> None:
-        """Ask :meth:`run` to shut down (what SIGINT/SIGTERM do); safe from a signal handler.
+        """Ask :meth:`run` to shut down, from any thread (SIGINT/SIGTERM do the same).
         A second request during the drain ends the drain at once."""
         if self._stop_requested.is_set():
             self._cut_drain.set()
@@ -324,10 +330,13 @@ class WorkerPool:
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
             self.start()
-            while not self._stop_requested.wait(RUN_POLL_SECONDS):
+            while not self._stop_requested.is_set() and not self._signals:
+                time.sleep(RUN_POLL_SECONDS)
                 if stop_when_idle and self._idle():
                     logger.info("worker %s: no job left in its queues; stopping", self.worker_id)
                     break
+            if self._signals:
+                logger.info("worker %s: stop requested by signal (a second one ends the drain at once)", self.worker_id)
             return self.stop()
         finally:
             for signum, handler in previous.items():
@@ -345,8 +354,8 @@ class WorkerPool:
                 thread.join(timeout)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        # Only set events here: a signal handler must not take locks the main thread may hold.
-        self.request_stop()
+        # Lock-free on purpose (see __init__); a signal during the drain ends the drain at once.
+        self._signals += 1
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:

@@ -215,3 +215,34 @@ def test_c16_a_real_process_exits_shortly_after_sigterm(tmp_path: Path) -> None:
     assert (result["released"], result["completed"]) == (2, 1)
     assert exited - sent >= 1.0  # it did wait for the drain deadline
     assert "drain deadline passed" in err
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_a_second_sigint_during_the_drain_releases_at_once() -> None:
+    app = make_app()
+    gate = threading.Event()
+
+    @app.handler("stuck")
+    def stuck(payload: dict, ctx: JobContext) -> None:
+        gate.set()
+        ctx.sleep(60)
+
+    job = app.enqueue("stuck", {}).job
+    pool = app.worker(concurrency=1, lease_timeout=30, drain_timeout=120, reap_interval=30)
+    observed: dict[str, object] = {}
+
+    def operator() -> None:
+        gate.wait(20)
+        os.kill(os.getpid(), signal.SIGINT)
+        wait_for(lambda: pool.stopping, what="the drain to begin")
+        time.sleep(0.3)
+        observed["during_drain"] = app.get(job.id).status
+        os.kill(os.getpid(), signal.SIGINT)
+
+    helper = threading.Thread(target=operator)
+    helper.start()
+    stats = pool.run()  # a KeyboardInterrupt here would fail the test: SIGINT is handled
+    helper.join(10)
+    assert observed["during_drain"] is JobStatus.RUNNING
+    assert app.get(job.id).status is JobStatus.QUEUED
+    assert stats.released == 1
