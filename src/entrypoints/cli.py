@@ -483,14 +483,17 @@ def worker(
 
 
 def _configure_logging(level: str) -> None:
-    from rich.logging import RichHandler
+    """Worker logs on stderr: rich on a terminal, one plain line per record otherwise."""
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
 
-    logging.basicConfig(
-        level=level,
-        format="%(name)s: %(message)s",
-        datefmt="[%X]",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)],
-    )
+        handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
 @app.command()
@@ -499,6 +502,7 @@ def demo(
     pattern: Annotated[str, typer.Option("--pattern", help="Glob of the file names to take.")] = "*.py",
     database_url: Annotated[Optional[str], typer.Option("--database-url", help="Where the demo's jobs live. [default: sqlite file in --out]")] = None,
     redis_url: Annotated[Optional[str], typer.Option("--redis-url", help="Dispatch through Redis Streams. [default: poll the database]")] = None,
+    redis_prefix: Annotated[str, typer.Option("--redis-prefix", help="Key prefix of the demo's Redis streams.")] = "tether",
     schema: Annotated[Optional[str], typer.Option("--schema", help="Database schema (PostgreSQL).")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", help="Worker threads.")] = 4,
     out: Annotated[str, typer.Option("--out", help="Folder for the demo database and results.")] = "tether-demo",
@@ -516,6 +520,7 @@ def demo(
         pattern=pattern,
         database_url=database_url,
         redis_url=redis_url,
+        redis_prefix=redis_prefix,
         schema=schema,
         workers=workers,
         out=out,

@@ -75,6 +75,7 @@ class DemoOptions:
     pattern: str
     database_url: str
     redis_url: str | None
+    redis_prefix: str
     schema: str | None
     workers: int
     out: Path
@@ -89,6 +90,7 @@ class DemoOptions:
         pattern: str = "*.py",
         database_url: str | None = None,
         redis_url: str | None = None,
+        redis_prefix: str = "tether",
         schema: str | None = None,
         workers: int = 4,
         out: str = "tether-demo",
@@ -125,6 +127,7 @@ class DemoOptions:
             pattern=pattern,
             database_url=database_url,
             redis_url=redis_url,
+            redis_prefix=redis_prefix,
             schema=schema,
             workers=workers,
             out=out_dir,
@@ -274,6 +277,10 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
         schema=options.schema,
         retry_policy=DEMO_RETRY_POLICY,
         poll_interval=0.2,
+        # An unreachable Redis is an error at start here, rather than a quietly degraded run.
+        redis_options={"prefix": options.redis_prefix, "require_connection": True, "sweep_interval": 0.5}
+        if options.redis_url
+        else None,
     )
     try:
         app.handler(JOB_TYPE, queue=QUEUE, max_attempts=MAX_ATTEMPTS)(make_handler(results, recorder))

@@ -123,7 +123,7 @@ def test_demo_on_a_small_tree_ends_as_designed_and_is_idempotent(tmp_path: Path)
     assert len((out / "results.jsonl").read_text().splitlines()) == len(records)  # nothing ran again
 
 
-def test_demo_fresh_starts_over_and_bad_path_is_bad_input(tmp_path: Path) -> None:
+def test_demo_fresh_starts_over(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     for i in range(3):
@@ -132,9 +132,3 @@ def test_demo_fresh_starts_over_and_bad_path_is_bad_input(tmp_path: Path) -> Non
     fresh = run_demo(tmp_path, "--path", str(tree), "--fresh")
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
     assert "3 new job(s), 0 already known" in fresh.stdout
-
-    missing = run_demo(tmp_path, "--path", str(tmp_path / "nope"))
-    assert missing.returncode == 2
-    assert missing.stderr.strip().splitlines() == [f"tether: error: path: {str(tmp_path / 'nope')!r} is not a directory"]
-    bad_url = run_demo(tmp_path, "--path", str(tree), "--database-url", "mongodb://u:pw@h/db")
-    assert bad_url.returncode == 2 and "database_url" in bad_url.stderr and "pw@" not in bad_url.stderr

@@ -91,6 +91,27 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: l
     assert not path.exists()
 
 
+DEMO_BAD_INPUT = [
+    (["--path", "{missing}"], "path: '{missing}' is not a directory"),
+    (["--workers", "0"], "workers: must be an integer from 1 to 256, got 0"),
+    (["--pattern", "a/b.py"], "pattern: must be a file-name glob"),
+    (["--database-url", "mongodb://u:hunter2@h/db"], "database_url (--database-url, TETHER_DATABASE_URL): unsupported URL 'mongodb://u:***@h/db'"),
+    (["--redis-url", "http://cache"], "redis_url (--redis-url, TETHER_REDIS_URL): must be a redis://"),
+    (["--fresh", "--database-url", "postgresql+psycopg://u@h/db"], "fresh: only a SQLite file or memory:// can be started afresh"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), DEMO_BAD_INPUT, ids=[a[0] for a, _ in DEMO_BAD_INPUT])
+def test_demo_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path: Path, args: list[str], expected: str) -> None:
+    missing = str(tmp_path / "nope")
+    out = tmp_path / "out"
+    result = cli("demo", *(a.replace("{missing}", missing) for a in args), "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert one_error_line(result).startswith(expected.replace("{missing}", missing))
+    assert "hunter2" not in result.output
+    assert not out.exists()
+
+
 def test_bad_database_url_names_the_setting_and_hides_the_password(tmp_path: Path) -> None:
     result = cli("enqueue", "x", "--database-url", "mysql://app:hunter2@db/jobs")
     assert result.exit_code == 2

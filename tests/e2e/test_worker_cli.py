@@ -1,0 +1,99 @@
+"""``tether worker`` as a real process: it runs the handlers of the app it is pointed at, and
+SIGTERM stops it gracefully (running jobs past the drain deadline go back to the queue)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_demo import tether_command
+from tether.domain.job import JobStatus
+from tether.entrypoints.container import connect
+
+pytestmark = pytest.mark.slow
+
+APP_MODULE = """
+import os
+import tether
+
+app = tether.connect(os.environ["TETHER_DATABASE_URL"])
+
+@app.handler("note")
+def note(payload):
+    with open(os.environ["NOTES"], "a") as f:
+        f.write(payload["text"] + "\\n")
+
+@app.handler("linger")
+def linger(payload, ctx):
+    with open(os.environ["NOTES"], "a") as f:
+        f.write("lingering\\n")
+    ctx.sleep(120)
+"""
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env.update(TETHER_DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.db'}", NOTES=str(tmp_path / "notes.txt"),
+               PYTHONPATH=str(tmp_path))
+    return env
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*tether_command(), *args], cwd=tmp_path, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def _wait_for(predicate, what: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def _notes(tmp_path: Path) -> list[str]:
+    path = tmp_path / "notes.txt"
+    return path.read_text().split("\n")[:-1] if path.exists() else []
+
+
+def test_worker_process_runs_jobs_and_stops_on_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "notes_app.py").write_text(APP_MODULE)
+    assert _cli(tmp_path, "enqueue", "note", "--payload", json.dumps({"text": "one"})).returncode == 0
+    app = connect(_env(tmp_path)["TETHER_DATABASE_URL"])
+    try:
+        for text in ("two", "three"):
+            app.enqueue("note", {"text": text})
+        linger_id = app.enqueue("linger", {}).job.id
+    finally:
+        app.close()
+
+    worker = subprocess.Popen(
+        [*tether_command(), "worker", "--app", "notes_app:app", "--concurrency", "2", "--drain-timeout", "0.5",
+         "--log-level", "WARNING"],
+        cwd=tmp_path, env=_env(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: sorted(_notes(tmp_path)) == ["lingering", "one", "three", "two"], "all four jobs to start")
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, out + err
+
+    app = connect(_env(tmp_path)["TETHER_DATABASE_URL"])
+    try:
+        assert app.counts()[JobStatus.COMPLETED] == 3
+        # The lingering job was still running at the drain deadline: released back to the queue,
+        # its attempt given back, ready for the next worker at once.
+        lingering = app.get(linger_id)
+        assert (lingering.status, lingering.attempts) == (JobStatus.QUEUED, 0)
+    finally:
+        app.close()
