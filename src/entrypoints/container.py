@@ -224,7 +224,14 @@ def connect(
         app_options=app_options,
         **options,
     )
-    return container.app()
+    repository = container.repository()
+    try:
+        return container.app()
+    except BaseException:
+        # The dispatcher (e.g. an unreachable Redis with require_connection) or the app refused
+        # to start: do not leave the repository's connections open behind the error.
+        repository.close()
+        raise
 
 
 __all__ = [

@@ -139,3 +139,17 @@ def test_sqlite_url_opens_a_file_database(tmp_path: Path) -> None:
         assert not again.created and again.job.id == job.id
     finally:
         reopened.close()
+
+
+def test_a_dispatcher_that_fails_to_start_closes_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[InMemoryJobRepository] = []
+    original_close = InMemoryJobRepository.close
+
+    def spy_close(self: InMemoryJobRepository) -> None:
+        closed.append(self)
+        original_close(self)
+
+    monkeypatch.setattr(InMemoryJobRepository, "close", spy_close)
+    with pytest.raises(ValidationError, match="^block:"):
+        connect("memory://", redis_url="redis://127.0.0.1:6379/0", redis_options={"block": -1})
+    assert len(closed) == 1
