@@ -12,7 +12,9 @@ def sanitize_text(text: str, max_chars: int = DEFAULT_MAX_ERROR_CHARS) -> str:
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > max_chars:
         marker = f"... [truncated from {len(text)} chars]"
-        text = text[: max(max_chars - len(marker), 0)] + marker
+        if len(marker) >= max_chars:  # a limit too small for the marker: cut, still within the limit
+            return text[: max(max_chars, 0)]
+        text = text[: max_chars - len(marker)] + marker
     return text
 
 

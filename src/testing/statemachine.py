@@ -41,7 +41,6 @@ from typing import Any, ClassVar
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import InvalidTransition, JobNotFound, LeaseLost, TetherError
@@ -253,7 +252,9 @@ class RepositoryStateMachine(_MachineBase):
             self._leased(got, worker, now)
 
     # -- holder writes -----------------------------------------------------------------------
-    def _write(self, action: str, ordinal: int, token: str, retry_delay: float) -> tuple[Callable[[], Job], Callable[[], ModelJob]]:
+    def _write(
+        self, action: str, ordinal: int, token: str, retry_delay: float
+    ) -> tuple[Callable[[], Job], Callable[[], ModelJob]]:
         """The repository call and the model call of one holder write."""
         repo, model, job_id, now = self.repository, self.model, self.ids[ordinal], self.clock.now()
         retry_at = now + timedelta(seconds=retry_delay)

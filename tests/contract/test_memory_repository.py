@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.testing.contract import RepositoryContract

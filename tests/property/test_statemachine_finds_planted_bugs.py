@@ -7,7 +7,6 @@ from datetime import datetime
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
-
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.job import Job
 from tether.testing.statemachine import RepositoryStateMachine, lockstep_machine

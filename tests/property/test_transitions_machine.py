@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from tether.domain import transitions
 from tether.domain.errors import InvalidTransition, LeaseLost
 from tether.domain.job import Job, JobStatus
@@ -176,8 +175,8 @@ class TransitionsMachine(RuleBasedStateMachine):
     def agrees_with_the_model(self) -> None:
         for job_id, job in self.jobs.items():
             e = self.model[job_id]
-            assert (job.status.value, job.attempts, job.max_attempts, job.scheduled_at, job.lease_token, job.lease_expires_at) == (
-                e.status, e.attempts, e.max_attempts, e.scheduled_at, e.token, e.expires), f"job {job_id}"
+            got = (job.status.value, job.attempts, job.max_attempts, job.scheduled_at, job.lease_token, job.lease_expires_at)
+            assert got == (e.status, e.attempts, e.max_attempts, e.scheduled_at, e.token, e.expires), f"job {job_id}"
             assert 0 <= job.attempts <= job.max_attempts
             assert (job.finished_at is not None) == job.status.is_terminal
 

@@ -9,7 +9,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-
 from tether.adapters.clock import FakeClock
 from tether.domain.errors import JobNotFound, PayloadError
 from tether.domain.job import EnqueueResult, Job, JobStatus
@@ -193,7 +192,7 @@ class EnqueueContract(ContractSupport):
         return t1_job[0], t2_result[0]
 
     def test_c10a_rolled_back_key_holder_lets_the_other_create(self, repository: JobRepository, clock: FakeClock) -> None:
-        t1_job, t2 = self._contend(repository, clock, "k2", commit=False)
+        _, t2 = self._contend(repository, clock, "k2", commit=False)
         assert t2.created
         assert t2.job.payload == {"t": 2}
         assert repository.get(t2.job.id) == t2.job

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
 from tether.adapters.clock import FakeClock
 from tether.domain.errors import InvalidTransition, LeaseLost
 from tether.domain.job import JobStatus
@@ -87,6 +86,7 @@ class LeaseContract(ContractSupport):
         repository.complete(leased.id, self.token_of(leased), now=clock.now())
         assert repository.lease_job(due.id, worker_id="w", now=clock.now(), lease_timeout=60) is None
 
+    @pytest.mark.slow
     def test_lease_tokens_are_never_reused(self, repository: JobRepository, clock: FakeClock) -> None:
         # The same worker id leases the same job over and over (released in between, and now and
         # then dead-lettered and manually retried): every lease has a token of its own.

@@ -8,7 +8,6 @@ from typing import Any
 
 import attrs
 import pytest
-
 from tether.adapters.clock import FakeClock
 from tether.domain.errors import JobNotFound, ValidationError
 from tether.domain.job import JobStatus

@@ -7,7 +7,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-
 from tether.adapters.clock import FakeClock
 from tether.domain import transitions
 from tether.domain.errors import InvalidTransition, JobNotFound, LeaseLost, ValidationError

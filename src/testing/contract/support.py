@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-
 from tether.adapters.clock import FakeClock
 from tether.domain.job import Job, JobStatus, NewJob
 from tether.domain.validation import prepare_job

@@ -1,0 +1,97 @@
+"""The payload rules: canonical UTF-8 JSON, a byte limit, and only values JSON carries faithfully."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import OrderedDict
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from tether.domain.errors import PayloadError
+from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH, encode_payload
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+def test_canonical_form_sorts_keys_without_spaces_and_keeps_unicode() -> None:
+    assert encode_payload({"b": 1, "a": [True, None, 1.5], "€": "日本"}) == '{"a":[true,null,1.5],"b":1,"€":"日本"}'
+
+
+def test_equal_payloads_encode_equally() -> None:
+    assert encode_payload({"x": 1, "y": 2}) == encode_payload({"y": 2, "x": 1})
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        ({"x": float("nan")}, "payload.x"),
+        ({"x": float("inf")}, "payload.x"),
+        ({"x": float("-inf")}, "payload.x"),
+        ({"x": datetime(2026, 1, 1, tzinfo=timezone.utc)}, "payload.x"),
+        ({"x": date(2026, 1, 1)}, "payload.x"),
+        ({"x": Decimal("1.5")}, "payload.x"),
+        ({"x": b"bytes"}, "payload.x"),
+        ({"x": {1, 2}}, "payload.x"),
+        ({"x": (1, 2)}, "payload.x"),
+        ({"x": Color.RED}, "payload.x"),
+        ({"x": [1, [2, object()]]}, "payload.x[1][1]"),
+        ({1: "int key"}, "payload"),
+        ({"a\x00b": 1}, "payload"),
+        ({"name": "a\u0000b"}, "payload.name"),
+        (OrderedDict(a=1), "payload"),
+    ],
+)
+def test_values_json_cannot_carry_are_rejected_with_their_path(payload: Any, path: str) -> None:
+    with pytest.raises(PayloadError) as info:
+        encode_payload(payload)
+    assert info.value.field == path
+
+
+def test_nul_is_rejected_with_a_reason() -> None:
+    with pytest.raises(PayloadError) as info:
+        encode_payload({"name": "a\u0000b"})
+    assert "NUL" in info.value.problem
+
+
+def test_escaped_nul_text_is_fine() -> None:
+    assert json.loads(encode_payload({"s": "a\\u0000b"})) == {"s": "a\\u0000b"}
+
+
+def test_size_limit_counts_utf8_bytes() -> None:
+    # C13: the canonical text of {"s": "..."} is 8 bytes of framing plus the string.
+    exact = {"s": "x" * (DEFAULT_MAX_PAYLOAD_BYTES - 8)}
+    assert len(encode_payload(exact).encode("utf-8")) == 65_536
+    with pytest.raises(PayloadError) as info:
+        encode_payload({"s": "x" * (DEFAULT_MAX_PAYLOAD_BYTES - 7)})
+    assert "65537 bytes" in info.value.problem and "65536" in info.value.problem
+    euros = {"s": "€" * 22_000}
+    assert len(json.dumps(euros, ensure_ascii=False)) < 65_536
+    with pytest.raises(PayloadError) as info:
+        encode_payload(euros)
+    assert "66008 bytes" in info.value.problem
+
+
+def test_limit_is_configurable() -> None:
+    assert encode_payload({"a": 1}, max_bytes=7) == '{"a":1}'
+    with pytest.raises(PayloadError):
+        encode_payload({"a": 10}, max_bytes=7)
+
+
+def test_nesting_depth_is_bounded() -> None:
+    deep: Any = 1
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    encode_payload(deep)
+    with pytest.raises(PayloadError) as info:
+        encode_payload([deep])
+    assert "deeper" in info.value.problem
+
+
+def test_scalars_and_big_ints_round_trip() -> None:
+    for payload in (None, True, 0, -1, 2**70, 0.1, "s", [], {}):
+        assert json.loads(encode_payload(payload)) == payload
