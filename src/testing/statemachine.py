@@ -19,7 +19,8 @@ lease, error presence, payload).
 
 Use on your own repository (Hypothesis and pytest required)::
 
-    from tether.testing.statemachine import RepositoryStateMachine, DEFAULT_SETTINGS
+    from hypothesis import settings
+    from tether.testing.statemachine import DEFAULT_SETTINGS, RepositoryStateMachine
 
     class MyMachine(RepositoryStateMachine):
         hypothesis_settings = settings(DEFAULT_SETTINGS, max_examples=25)   # slow backend
@@ -80,7 +81,11 @@ class _Rollback(Exception):
 
 
 class _MachineBase(RuleBasedStateMachine):
-    """Settings plumbing shared by both machines."""
+    """Settings plumbing shared by both machines.
+
+    ``hypothesis_settings`` is the budget :meth:`test_case` applies (default
+    :data:`DEFAULT_SETTINGS`); a slow backend's subclass lowers ``max_examples`` there.
+    """
 
     hypothesis_settings: ClassVar[settings] = DEFAULT_SETTINGS
 
