@@ -79,6 +79,9 @@ class _OneLineErrors(TyperGroup):
         except TetherError as exc:
             _fail(str(exc))
         except typer.TyperException as exc:  # click's UsageError / BadParameter and friends
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `tether` or `tether jobs` alone: show the help
+                print(exc.format_message())
+                sys.exit(getattr(exc, "exit_code", EXIT_BAD_INPUT))
             _fail(exc.format_message(), getattr(exc, "exit_code", EXIT_BAD_INPUT))
         code = result if isinstance(result, int) else 0
         if standalone_mode:
@@ -95,6 +98,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from tether import __version__
+
+        print(f"tether {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Tether: a durable background-job queue."""
+
+
 jobs_app = typer.Typer(help="Look at jobs.", no_args_is_help=True, rich_markup_mode=None)
 db_app = typer.Typer(help="Create the database tables.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(jobs_app, name="jobs")

@@ -278,3 +278,13 @@ def test_worker_runs_the_handlers_of_the_app_it_is_pointed_at(
     counts = cli_json("jobs", "list")["counts"]
     assert counts["completed"] == 3 and counts["queued"] == 1
     assert cli_json("jobs", "show", str(other))["status"] == JobStatus.QUEUED.value
+
+
+def test_version_and_help() -> None:
+    import tether
+
+    version = cli("--version")
+    assert version.exit_code == 0 and version.output.strip() == f"tether {tether.__version__}"
+    bare = cli("jobs")
+    assert "list" in bare.output and "show" in bare.output
+    assert cli("enqueue", "--help").exit_code == 0
