@@ -21,7 +21,7 @@ smuggle a brace (another hash tag), a glob character or whitespace into a key.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from tether.domain.errors import ValidationError
 from tether.domain.validation import validate_queue
@@ -86,22 +86,24 @@ class StreamKeys:
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (in the authority and in a ``password=`` query
-    parameter), for error messages and logs.  Text that does not parse is returned as ``<unparsable URL>``."""
+    parameter), for error messages and logs.  Text that does not parse is returned as ``<unparsable URL>``.
+
+    A lone userinfo (``redis://secret@host``) is hidden too, since some clients read it as a password.
+    """
     try:
         parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostport = netloc.rpartition("@")
+        redacted = url
+        if "@" in parts.netloc:
+            userinfo, _, hostport = parts.netloc.rpartition("@")
             user, sep, _password = userinfo.partition(":")
-            netloc = f"{user}:***@{hostport}" if sep else f"{userinfo}@{hostport}"
-            # redis://secret@host means password "secret" in redis-py: hide a lone userinfo too
-            if not sep:
-                netloc = f"***@{hostport}"
-        query = parts.query
-        if query:
-            pairs = parse_qsl(query, keep_blank_values=True)
-            query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+            netloc = f"{user}:***@{hostport}" if sep else f"***@{hostport}"
+            redacted = redacted.replace(parts.netloc, netloc, 1)
+        if parts.query:
+            pairs = parse_qsl(parts.query, keep_blank_values=True)
+            if any(k.lower() == "password" for k, _ in pairs):
+                query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
+                redacted = redacted.replace("?" + parts.query, "?" + query, 1)
+        return redacted
     except ValueError:
         return "<unparsable URL>"
 

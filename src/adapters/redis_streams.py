@@ -73,6 +73,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import redis
@@ -262,6 +263,7 @@ class RedisStreamsDispatcher(Dispatcher):
         if not isinstance(redis_url, str) or not redis_url:
             raise ConfigurationError(f"redis_url: must be a non-empty URL string, got {redis_url!r:.80}")
         self.url = redact_url(redis_url)
+        _check_db_path(redis_url, self.url)
         try:
             self._pool = redis.ConnectionPool.from_url(
                 redis_url,
@@ -696,28 +698,27 @@ class RedisStreamsDispatcher(Dispatcher):
         return total
 
     def _lagging_queues(self, queues: Sequence[str]) -> set[str]:
-        """Queues whose consumers have undelivered entries to read (re-publishing there is moot)."""
+        """Queues whose stream holds entries not yet delivered to the group (consumers are behind,
+        so re-publishing there only adds duplicates).  Compares the group's ``last-delivered-id``
+        with the stream's ``last-generated-id``; the ``lag`` field of XINFO GROUPS is not used, as
+        Redis cannot compute it reliably once undelivered entries were trimmed."""
         if not queues:
             return set()
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             stream = self._keys.stream(queue)
-            pipe.xlen(stream)
+            pipe.xinfo_stream(stream)
             pipe.xinfo_groups(stream)
         results = pipe.execute(raise_on_error=False)
         lagging: set[str] = set()
         for index, queue in enumerate(queues):
-            length, groups = results[2 * index], results[2 * index + 1]
-            if isinstance(length, Exception) or not length:
-                continue
-            if isinstance(groups, Exception):
-                continue
+            info, groups = results[2 * index], results[2 * index + 1]
+            if isinstance(info, Exception) or isinstance(groups, Exception) or not info.get("length"):
+                continue  # no stream (lost, or never published) or nothing in it: nothing pending delivery
             mine = [g for g in groups if g.get("name") == self._group]
             if not mine:
-                lagging.add(queue)  # entries wait for a group that no consumer has created yet
-                continue
-            lag = mine[0].get("lag")
-            if lag is not None and int(lag) > 0:
+                lagging.add(queue)  # entries wait for a group no consumer has created yet
+            elif _entry_key(mine[0].get("last-delivered-id")) < _entry_key(info.get("last-generated-id")):
                 lagging.add(queue)
         return lagging
 
@@ -725,7 +726,13 @@ class RedisStreamsDispatcher(Dispatcher):
         """Re-publish due jobs nobody took; returns how many were published."""
         lagging = self._lagging_queues(sorted(queues))
         due = [j for j in self._repository.due_jobs(now=now, queues=None, limit=SWEEP_LIMIT) if j.queue not in lagging]
-        due = [j for j in due if _valid_queue(j.queue)]
+        per_queue: dict[str, int] = {}
+        kept: list[Job] = []
+        for job in due:  # more than maxlen per stream would be trimmed at once: publish those next round
+            if _valid_queue(job.queue) and per_queue.get(job.queue, 0) < self._maxlen:
+                per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
+                kept.append(job)
+        due = kept
         if not due:
             return 0
         px = max(1, int(self._sweep_interval * 1000))
@@ -757,6 +764,24 @@ class RedisStreamsDispatcher(Dispatcher):
         for session in list(self._sessions):
             session.close()
         self._pool.disconnect()
+
+
+def _check_db_path(url: str, shown: str) -> None:
+    """redis-py silently ignores a database path that is not a number; refuse it instead."""
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss"):
+        path = parts.path.strip("/")
+        if path and not path.isdigit():
+            raise ConfigurationError(f"redis_url {shown}: the path must be a database number like /0, got /{path}")
+
+
+def _entry_key(entry_id: Any) -> tuple[int, int]:
+    """A stream entry id ``"<ms>-<seq>"`` as a sortable pair (``(0, 0)`` if absent or malformed)."""
+    try:
+        ms, _, seq = str(entry_id).partition("-")
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return (0, 0)
 
 
 def _valid_queue(name: str) -> bool:

@@ -1,0 +1,351 @@
+"""RedisStreamsDispatcher against the real Redis test server: pending entries (C07), lost publishes
+(C09 b, c), bounded streams, BUSYGROUP/NOGROUP, and configuration errors.
+
+Each test uses its own key prefix carrying RUN_ID and deletes its keys afterwards.  Times that
+matter to the repository come from a FakeClock; Redis idle times are real, so ``claim_idle`` is
+made short and the tests sleep past it (a pause, never an assertion on duration).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+
+import pytest
+import redis
+
+from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
+from tether.adapters.clock import FakeClock
+from tether.adapters.memory import InMemoryJobRepository
+from tether.adapters.redis_keys import StreamKeys, redact_url
+from tether.adapters.redis_streams import RedisStreamsDispatcher, check_server_version
+from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.job import Job, JobStatus
+from tether.domain.validation import prepare_job
+
+pytestmark = pytest.mark.redis
+_counter = itertools.count()
+LEASE = 15 * 60.0
+CLAIM_IDLE = 0.3
+
+
+@pytest.fixture
+def r():
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        service_unavailable("Redis", str(exc))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix(r):
+    name = f"tt-{RUN_ID}-i{next(_counter)}"
+    yield name
+    keys = list(r.scan_iter(match=StreamKeys(name).pattern(), count=1000))
+    if keys:
+        r.delete(*keys)
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def repo():
+    return InMemoryJobRepository()
+
+
+@pytest.fixture
+def make(repo, clock, prefix):
+    made: list[RedisStreamsDispatcher] = []
+
+    def build(**kwargs) -> RedisStreamsDispatcher:
+        kwargs.setdefault("prefix", prefix)
+        kwargs.setdefault("claim_idle", CLAIM_IDLE)
+        kwargs.setdefault("sweep_interval", 0.2)
+        kwargs.setdefault("block", 0.2)
+        d = RedisStreamsDispatcher(repo, clock, kwargs.pop("url", REDIS_URL), **kwargs)
+        made.append(d)
+        return d
+
+    yield build
+    for d in made:
+        d.close()
+
+
+def enqueue(repo, clock, queue="default", **kwargs) -> Job:
+    return repo.enqueue(prepare_job("t.job", {}, now=clock.now(), queue=queue, **kwargs), now=clock.now()).job
+
+
+def pending(r, d: RedisStreamsDispatcher, queue="default") -> int:
+    return int(r.xpending(d.keys.stream(queue), d.group)["pending"])
+
+
+def collect(d, clock, count, *, worker="w", queues=("default",), limit=10, rounds=400) -> list[Job]:
+    got: list[Job] = []
+    for _ in range(rounds):
+        if len(got) >= count:
+            break
+        jobs = d.acquire(queues=list(queues), worker_id=worker, limit=limit, lease_timeout=LEASE, max_wait=0.2)
+        if not jobs:
+            d.maintain(clock.now())
+        got.extend(jobs)
+    return got
+
+
+# -- C07: pending entries never acknowledged ---------------------------------------------------
+def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(r, repo, clock, make):
+    c2 = make(consumer="c2")
+    # jobs 1-4 done already, job 5 is the one of the case
+    for _ in range(4):
+        job = enqueue(repo, clock)
+        [leased] = repo.lease(queues=["default"], worker_id="early", now=clock.now(), lease_timeout=LEASE)
+        repo.complete(leased.id, leased.lease_token, now=clock.now())
+    job5 = enqueue(repo, clock)
+    assert job5.id == 5
+    stream = c2.keys.stream("default")
+    r.xgroup_create(stream, c2.group, id="0", mkstream=True)
+    c2.notify([job5])
+    # consumer c1 reads the entry, leases job 5 ... and is killed before XACK
+    [[_, [(entry_id, fields)]]] = r.xreadgroup(c2.group, "c1", {stream: ">"}, count=1)
+    assert fields == {"id": "5"}
+    held = repo.lease_job(5, worker_id="c1", now=clock.now(), lease_timeout=LEASE)
+    assert held is not None and held.attempts == 1
+    assert pending(r, c2) == 1
+
+    # the stream's idle time is no lease: while c1's lease is valid nobody else gets job 5
+    time.sleep(CLAIM_IDLE + 0.1)
+    c2.maintain(clock.now())
+    assert c2.acquire(queues=["default"], worker_id="c2", limit=1, lease_timeout=LEASE, max_wait=0.3) == []
+    assert pending(r, c2) == 0  # c1's stale entry was claimed and acknowledged
+    assert repo.get(5).lease_token == held.lease_token
+
+    # t=16 min: the reaper returns job 5; the sweep publishes it again; c2 runs and acks it
+    clock.advance(minutes=16)
+    [reaped] = repo.reap(now=clock.now())
+    assert (reaped.id, reaped.status, reaped.attempts) == (5, JobStatus.RETRYING, 1)
+    time.sleep(0.25)  # past the once-per-interval sweep marker of job 5
+    c2.maintain(clock.now())
+    [job] = collect(c2, clock, 1, worker="c2", limit=1)
+    assert (job.id, job.attempts, job.leased_by) == (5, 2, "c2")
+    done = repo.complete(5, job.lease_token, now=clock.now())
+    assert (done.status, done.attempts) == (JobStatus.COMPLETED, 2)
+    assert pending(r, c2) == 0
+    assert r.xpending_range(stream, c2.group, "-", "+", 10) == []
+    assert entry_id  # the id c1 held is gone from the pending entries list
+
+
+def test_c07_trimmed_or_deleted_entry_is_acked_without_crashing(r, repo, clock, make):
+    d = make(consumer="c2")
+    stream = d.keys.stream("default")
+    r.xgroup_create(stream, d.group, id="0", mkstream=True)
+    jobs = [enqueue(repo, clock) for _ in range(3)]
+    d.notify(jobs)
+    entries = r.xreadgroup(d.group, "c1", {stream: ">"}, count=3)[0][1]
+    assert len(entries) == 3 and pending(r, d) == 3
+    r.xdel(stream, entries[0][0])  # deleted under the pending entry
+    r.xtrim(stream, maxlen=0)  # and the rest trimmed away
+    assert r.xlen(stream) == 0
+    time.sleep(CLAIM_IDLE + 0.1)
+    d.maintain(clock.now())  # XAUTOCLAIM reports them deleted; they are acknowledged
+    assert pending(r, d) == 0
+    # the jobs were never leased: the sweep (same maintain) re-published them, and they all run
+    got = collect(d, clock, 3, worker="c2")
+    assert sorted(j.id for j in got) == [j.id for j in jobs]
+    assert pending(r, d) == 0
+    assert all(repo.get(j.id).status is JobStatus.RUNNING for j in jobs)
+
+
+# -- C09: publish after commit, transient unseen ids, failed publishes --------------------------
+def test_c09b_id_not_visible_yet_is_transient_then_leased(r, repo, clock, make):
+    d = make(claim_idle=60.0)  # long: a stalled test machine must not see the id given up on
+    with repo.transaction() as tx:
+        job = repo.enqueue(prepare_job("t.job", {}, now=clock.now()), now=clock.now(), connection=tx).job
+        d.notify([job])  # published too early (before commit is visible: a replica lag, say)
+        assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.2) == []
+        assert pending(r, d) == 1  # not lost: still pending, held for a retry
+    got = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=2.0)
+    assert [j.id for j in got] == [job.id]
+    assert pending(r, d) == 0
+
+
+def test_c09b_id_that_never_appears_is_acked_after_claim_idle(r, repo, clock, make):
+    d = make()
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback):
+        with repo.transaction() as tx:
+            job = repo.enqueue(prepare_job("t.job", {}, now=clock.now()), now=clock.now(), connection=tx).job
+            d.notify([job])
+            raise Rollback
+    assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.1) == []
+    assert pending(r, d) == 1
+    time.sleep(CLAIM_IDLE + 0.1)
+    assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.3) == []
+    assert pending(r, d) == 0
+    assert repo.list_jobs() == []
+
+
+def test_c09c_publish_fails_after_commit_and_the_job_still_runs_once(repo, clock, make, caplog):
+    producer = make(url="redis://127.0.0.1:1/0")  # nothing listens there: every publish fails
+    worker = make()
+    caplog.set_level(logging.WARNING, logger="tether.dispatch.redis")
+    job = enqueue(repo, clock)
+    producer.notify([job])  # must not raise
+    # the worker has never heard of the job; its own sweep (every sweep_interval) publishes it
+    got: list[Job] = []
+    for _ in range(50):
+        got += worker.acquire(queues=["default"], worker_id="w", limit=5, lease_timeout=LEASE, max_wait=0.2)
+        if got:
+            break
+    assert [j.id for j in got] == [job.id]
+    repo.complete(job.id, got[0].lease_token, now=clock.now())
+    time.sleep(0.3)
+    worker.maintain(clock.now())
+    assert worker.acquire(queues=["default"], worker_id="w", limit=5, lease_timeout=LEASE, max_wait=0.3) == []
+    assert repo.get(job.id).attempts == 1
+    assert any("127.0.0.1:1" in rec.getMessage() for rec in caplog.records)
+
+
+def test_dispatcher_without_redis_leases_from_the_repository(repo, clock, make):
+    d = make(url="redis://127.0.0.1:1/0")
+    job = enqueue(repo, clock)
+    d.notify([job])
+    got = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=2.0)
+    assert [j.id for j in got] == [job.id]
+    assert got[0].leased_by == "w"
+
+
+# -- bounded streams ---------------------------------------------------------------------------
+def test_streams_stay_bounded_and_trimming_loses_no_job(r, repo, clock, make):
+    d = make(maxlen=100)
+    stream = d.keys.stream("default")
+    r.xgroup_create(stream, d.group, id="0", mkstream=True)
+    jobs = [enqueue(repo, clock) for _ in range(1500)]
+    for i in range(0, 1500, 50):
+        d.notify(jobs[i : i + 50])
+    length = r.xlen(stream)
+    assert length < 400, f"stream holds {length} entries for maxlen=100"
+    got = collect(d, clock, 1500, limit=50, rounds=600)
+    ids = [j.id for j in got]
+    assert len(ids) == len(set(ids)) == 1500
+    assert r.xlen(stream) < 400
+    assert pending(r, d) == 0
+
+
+# -- consumer group self-healing -------------------------------------------------------------
+def test_busygroup_is_success(r, repo, clock, make):
+    a, b = make(consumer="a"), make(consumer="b")
+    stream = a.keys.stream("default")
+    r.xgroup_create(stream, a.group, id="0", mkstream=True)  # someone else created the group
+    job = enqueue(repo, clock)
+    a.notify([job])
+    assert b.acquire(queues=["default"], worker_id="wb", limit=1, lease_timeout=LEASE, max_wait=0.2)[0].id == job.id
+    assert a.acquire(queues=["default"], worker_id="wa", limit=1, lease_timeout=LEASE, max_wait=0.2) == []
+    assert [g["name"] for g in r.xinfo_groups(stream)] == [a.group]
+
+
+@pytest.mark.parametrize("loss", ["delete stream", "destroy group"])
+def test_nogroup_recreates_stream_and_group(r, repo, clock, make, loss):
+    d = make()
+    first = enqueue(repo, clock)
+    d.notify([first])
+    assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=1.0)[0].id == first.id
+    stream = d.keys.stream("default")
+    if loss == "delete stream":
+        r.delete(stream)
+    else:
+        r.xgroup_destroy(stream, d.group)
+    second = enqueue(repo, clock)
+    d.notify([second])
+    got = collect(d, clock, 1)
+    assert [j.id for j in got] == [second.id]
+    assert [g["name"] for g in r.xinfo_groups(stream)] == [d.group]
+
+
+def test_keys_share_one_hash_tag(prefix):
+    keys = StreamKeys(prefix)
+    tag = "{" + prefix + "}"
+    for key in (keys.stream("default"), keys.stream("a.b-c_d"), keys.registry, keys.swept(7), keys.sweep_lock):
+        assert key.startswith(tag + ":")
+    assert keys.queue_of(keys.stream("emails")) == "emails"
+    with pytest.raises(ValidationError) as err:
+        keys.stream("bad{tag}")
+    assert err.value.field == "queue"
+    with pytest.raises(ValidationError) as err:
+        StreamKeys("has space")
+    assert err.value.field == "prefix"
+
+
+# -- bad configuration -------------------------------------------------------------------------
+def test_wrong_password_names_the_url_without_the_password(repo, clock, r):
+    url = REDIS_URL.replace("redis://", "redis://nosuchuser:s3cr3t-pw@", 1)
+    with pytest.raises(ConfigurationError) as err:
+        RedisStreamsDispatcher(repo, clock, url)
+    message = str(err.value)
+    assert "s3cr3t-pw" not in message
+    assert "nosuchuser:***@" in message
+    assert "authentication" in message
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("http://127.0.0.1:6379/0", "redis_url http://127.0.0.1:6379/0"),
+        ("redis://:pw-xyz@127.0.0.1:6379/99", "redis_url redis://:***@127.0.0.1:6379/99"),
+        ("redis://127.0.0.1:6379/notanumber", "redis_url redis://127.0.0.1:6379/notanumber"),
+    ],
+)
+def test_bad_urls_are_configuration_errors(repo, clock, r, url, words):
+    with pytest.raises(ConfigurationError) as err:
+        RedisStreamsDispatcher(repo, clock, url)
+    assert words in str(err.value)
+    assert "pw-xyz" not in str(err.value)
+
+
+def test_unreachable_redis_is_an_error_only_when_required(repo, clock):
+    with pytest.raises(ConfigurationError) as err:
+        RedisStreamsDispatcher(repo, clock, "redis://:hidden@127.0.0.1:1/0", require_connection=True)
+    assert "redis://:***@127.0.0.1:1/0" in str(err.value) and "hidden" not in str(err.value)
+    RedisStreamsDispatcher(repo, clock, "redis://127.0.0.1:1/0").close()  # degraded, not fatal
+
+
+def test_redis_without_xautoclaim_is_refused():
+    with pytest.raises(ConfigurationError) as err:
+        check_server_version("4.0.14", "redis://h:6379/0")
+    assert "Redis 4.0.14" in str(err.value) and ">= 6.2" in str(err.value) and "redis://h:6379/0" in str(err.value)
+    with pytest.raises(ConfigurationError):
+        check_server_version("6.0.9", "redis://h")
+    check_server_version("6.2.0", "redis://h")
+    check_server_version("7.0.15", "redis://h")
+
+
+def test_redact_url_hides_passwords_only():
+    assert redact_url("redis://user:pw@h:1/0") == "redis://user:***@h:1/0"
+    assert redact_url("redis://:pw@h:1/0") == "redis://:***@h:1/0"
+    assert redact_url("unix:///tmp/r.sock?db=1&password=pw") == "unix:///tmp/r.sock?db=1&password=***"
+    assert redact_url("redis://h:1/0") == "redis://h:1/0"
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"prefix": "a b"}, "prefix"), ({"group": "{x}"}, "group"), ({"consumer": "has space"}, "consumer"),
+     ({"block": 0}, "block"), ({"claim_idle": -1}, "claim_idle"), ({"maxlen": 0}, "maxlen")],
+)
+def test_bad_arguments_name_the_field(repo, clock, kwargs, field):
+    with pytest.raises(ValidationError) as err:
+        RedisStreamsDispatcher(repo, clock, REDIS_URL, **kwargs)
+    assert err.value.field == field
+
+
+def test_consumer_names_are_unique_per_start(repo, clock, make):
+    a, b = make(), make()
+    assert a.consumer != b.consumer
+    assert a.consumer.rsplit("-", 2)[1] == b.consumer.rsplit("-", 2)[1]  # same pid, different suffix
