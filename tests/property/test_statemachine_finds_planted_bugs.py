@@ -66,20 +66,23 @@ class ReaperIgnoresExpiryRepository(InMemoryJobRepository):
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
-        (TokenBlindCompleteRepository, "complete with a stale token was accepted"),
-        (JobHistoryFenceRepository, "fail with a stale token was accepted"),
-        (ReaperIgnoresExpiryRepository, "(repository, model) differ"),
+        (TokenBlindCompleteRepository, ("complete with a stale token was accepted",)),
+        (JobHistoryFenceRepository, ("fail with a stale token was accepted",)),
+        # seen either when the reaper returns jobs the model keeps, or on the times it wrote
+        (ReaperIgnoresExpiryRepository, ("the model expected ordinals", "(repository, model) differ")),
     ],
     ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper"],
 )
-def test_state_machine_finds_the_planted_bug(repository_class: type[InMemoryJobRepository], symptom: str) -> None:
+def test_state_machine_finds_the_planted_bug(
+    repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]
+) -> None:
     class Planted(RepositoryStateMachine):
         def make_repository(self) -> InMemoryJobRepository:
             return repository_class()
 
     with pytest.raises(AssertionError) as info:
         run_state_machine_as_test(Planted, settings=BUDGET)
-    assert symptom in str(info.value)
+    assert any(text in str(info.value) for text in symptom), str(info.value)
 
 
 def test_the_correct_repository_passes_the_same_budget() -> None:
