@@ -337,8 +337,8 @@ def test_an_interrupted_lease_commit_is_recovered_not_lost(repo: PostgresJobRepo
     job = repo.enqueue(_job(clock), now=clock.now()).job
     real = repo._write_once
 
-    def commit_then_lose_reply(doing: str, work: Any) -> Any:
-        real(doing, work)  # the lease really commits...
+    def commit_then_lose_reply(doing: str, work: Any, **options: Any) -> Any:
+        real(doing, work, **options)  # the lease really commits...
         raise repository_module._UnknownOutcome(ConnectionError("server closed the connection"))  # ...reply lost
 
     monkeypatch.setattr(repo, "_write_once", commit_then_lose_reply)
@@ -357,9 +357,9 @@ def test_an_interrupted_fenced_write_is_verified_by_reading_the_row(repo: Postgr
     real = repo._write_once
     mode = {"commit": True}
 
-    def interrupted(doing: str, work: Any) -> Any:
+    def interrupted(doing: str, work: Any, **options: Any) -> Any:
         if mode["commit"]:
-            real(doing, work)
+            real(doing, work, **options)
         mode["commit"] = True
         raise repository_module._UnknownOutcome(ConnectionError("lost"))
 
@@ -370,11 +370,11 @@ def test_an_interrupted_fenced_write_is_verified_by_reading_the_row(repo: Postgr
     mode["commit"] = False
     calls = {"n": 0}
 
-    def first_fails(doing: str, work: Any) -> Any:
+    def first_fails(doing: str, work: Any, **options: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
             raise repository_module._UnknownOutcome(ConnectionError("lost before commit"))
-        return real(doing, work)
+        return real(doing, work, **options)
 
     monkeypatch.setattr(repo, "_write_once", first_fails)
     failed = repo.fail(b.id, leased[b.id].lease_token or "", now=clock.now(), error="boom", retry_at=clock.now())
@@ -404,3 +404,27 @@ def test_bad_urls_name_the_url_without_its_password(shared_repo: PostgresJobRepo
     assert "tether db init" in str(info.value)
     with pytest.raises(ConfigurationError):
         open_repository(DATABASE_URL, schema="bad-name; DROP")
+
+
+def test_a_connection_killed_before_commit_is_retried_and_stores_once(repo: PostgresJobRepository, clock: FakeClock,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server really terminates the backend mid-transaction (before COMMIT): the transaction
+    rolled back, so the bulk enqueue is sent again on a fresh connection, and stored once."""
+    real = repo._insert_many
+    kills = {"n": 0}
+
+    def killed_first(conn: Any, new_jobs: Any, now: Any) -> Any:
+        if kills["n"] == 0:
+            kills["n"] += 1
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            admin = create_engine(normalize_postgres_url(DATABASE_URL))
+            with admin.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            admin.dispose()
+        return real(conn, new_jobs, now)
+
+    monkeypatch.setattr(repo, "_insert_many", killed_first)
+    results = repo.enqueue_many([_job(clock, {"i": i}) for i in range(5)], now=clock.now())
+    assert kills["n"] == 1
+    assert [r.job.payload for r in results] == [{"i": i} for i in range(5)]
+    assert [j.id for j in repo.list_jobs()] == [r.job.id for r in results]

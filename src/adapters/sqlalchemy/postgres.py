@@ -105,6 +105,8 @@ def create_postgres_engine(
 class PostgresJobRepository(SqlAlchemyJobRepository):
     """A :class:`~tether.ports.repository.JobRepository` on PostgreSQL (13 or newer)."""
 
+    single_statement_autocommit = True
+
     def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
         super().__init__(engine, schema=validate_schema_name(schema))
 
@@ -187,7 +189,7 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
                 secret, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit
             )
             try:
-                return self._write_once("lease jobs", lambda c: list(c.execute(stmt)))  # noqa: B023 - called at once
+                return self._write_once("lease jobs", lambda c: list(c.execute(stmt)), single=True)  # noqa: B023
             except _UnknownOutcome:
                 recovered = self._read(
                     "check an interrupted lease",

@@ -115,6 +115,8 @@ class SqlAlchemyJobRepository(JobRepository):
     #: First backoff between those attempts (seconds); doubles up to :attr:`retry_max_delay`.
     retry_base_delay: float = 0.02
     retry_max_delay: float = 1.0
+    #: Run one-statement writes as their own transaction (no BEGIN/COMMIT round trips).
+    single_statement_autocommit: bool = False
 
     def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
         self.engine = engine
@@ -154,12 +156,24 @@ class SqlAlchemyJobRepository(JobRepository):
         """Serialises use of a single shared connection (``sqlite:///:memory:``); else a no-op."""
         return self._serial if self._serial is not None else nullcontext()
 
+    def _write_guard(self) -> AbstractContextManager[Any]:
+        """Held around each write transaction (SQLite: an in-process lock per database file)."""
+        return self._guard()
+
     @contextmanager
-    def _begin(self, *, write: bool) -> Iterator[Connection]:
-        """A connection in a new transaction of this repository's own (write: the store's write lock)."""
+    def _begin(self, *, write: bool, single: bool = False) -> Iterator[Connection]:
+        """A connection in a new transaction of this repository's own (write: the store's write lock).
+
+        ``single``: the work is one statement (atomic by itself); where
+        :attr:`single_statement_autocommit` is set it runs without BEGIN/COMMIT round trips.
+        """
         if self._closed:
             raise StorageUnavailable(f"{self.safe_url}: the repository was closed")
-        with self._guard(), self.engine.connect() as conn:
+        with self._write_guard() if write else self._guard(), self.engine.connect() as conn:
+            if single and self.single_statement_autocommit:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+                return
             conn.execution_options(tether_write=write)
             with conn.begin():
                 yield conn
@@ -212,32 +226,36 @@ class SqlAlchemyJobRepository(JobRepository):
 
         return self._retrying(doing, once)
 
-    def _write(self, doing: str, work: Callable[[Connection], T]) -> T:
-        """One write transaction; retried on transient errors (subclasses narrow this where the
-        outcome of a lost commit is unknown)."""
+    def _write(self, doing: str, work: Callable[[Connection], T], *, single: bool = False) -> T:
+        """One write transaction, retried on transient errors: only for work that is safe to
+        repeat (idempotent, or whose outcome a repeat cannot double)."""
 
         def once() -> T:
-            with self._begin(write=True) as conn:
+            with self._begin(write=True, single=single) as conn:
                 return work(conn)
 
         return self._retrying(doing, once)
 
-    def _write_once(self, doing: str, work: Callable[[Connection], T]) -> T:
+    def _write_once(self, doing: str, work: Callable[[Connection], T], *, single: bool = False) -> T:
         """One write transaction that must not be repeated blindly.
 
-        Failures to get a connection are retried (nothing was sent); an error after the first
-        statement was sent raises :class:`_UnknownOutcome` for the caller to resolve.
+        An error before the COMMIT was sent means the transaction rolled back: it is retried with
+        backoff.  An error while committing (or during a ``single`` statement run as its own
+        transaction) leaves the outcome unknown and raises :class:`_UnknownOutcome` for the
+        caller to resolve by reading the row.
         """
         for attempt in range(self.retry_attempts):
-            sent = False
+            unknown = False
             try:
-                with self._begin(write=True) as conn:
-                    sent = True
-                    return work(conn)
+                with self._begin(write=True, single=single) as conn:
+                    unknown = single and self.single_statement_autocommit
+                    result = work(conn)
+                    unknown = True  # leaving the block sends COMMIT
+                return result
             except sa_exc.DBAPIError as error:
                 if not self._is_transient(error):
                     raise self._translate(error, doing) from error
-                if sent:
+                if unknown:
                     raise _UnknownOutcome(error) from error
                 if attempt + 1 >= self.retry_attempts:
                     raise self._unavailable(error, doing) from error
@@ -343,9 +361,9 @@ class SqlAlchemyJobRepository(JobRepository):
         if conn is not None:
             return self._on_caller(conn, "enqueue a job", lambda c: self._insert_one(c, new_job, now))
         if new_job.idempotency_key is not None:  # idempotent: safe to repeat
-            return self._write("enqueue a job", lambda c: self._insert_one(c, new_job, now))
+            return self._write("enqueue a job", lambda c: self._insert_one(c, new_job, now), single=True)
         try:
-            return self._write_once("enqueue a job", lambda c: self._insert_one(c, new_job, now))
+            return self._write_once("enqueue a job", lambda c: self._insert_one(c, new_job, now), single=True)
         except _UnknownOutcome as unknown:
             raise StorageUnavailable(
                 f"{self.safe_url}: the connection was lost while enqueueing a job without an idempotency key; "
@@ -554,7 +572,7 @@ class SqlAlchemyJobRepository(JobRepository):
             .returning(*t.c)
         )
         try:
-            row = self._write_once("lease a job", lambda c: c.execute(stmt).first())
+            row = self._write_once("lease a job", lambda c: c.execute(stmt).first(), single=True)
         except _UnknownOutcome as unknown:
             # Did our lease land?  The token is ours alone, so the row says so.
             row = self._read("check a lease", lambda c: self._get_row(c, job_id))
@@ -590,7 +608,7 @@ class SqlAlchemyJobRepository(JobRepository):
         )
         for _ in range(self.retry_attempts):
             try:
-                row = self._write_once(doing, lambda c: c.execute(stmt).first())
+                row = self._write_once(doing, lambda c: c.execute(stmt).first(), single=True)
             except _UnknownOutcome:
                 row = self._read("check a write whose commit was interrupted", lambda c: self._get_row(c, job_id))
                 if row is None:
@@ -742,7 +760,7 @@ class SqlAlchemyJobRepository(JobRepository):
             return row
 
         try:
-            return row_to_job(self._write_once("retry a dead job", work))
+            return row_to_job(self._write_once("retry a dead job", work, single=True))
         except _UnknownOutcome:
             row = self._read("check a retry", lambda c: self._get_row(c, job_id))
             if row is None:
@@ -766,7 +784,7 @@ class SqlAlchemyJobRepository(JobRepository):
         stmt = delete(t).where(t.c.id.in_(doomed.scalar_subquery()))
         total = 0
         while True:
-            n = self._write("purge finished jobs", lambda c: c.execute(stmt).rowcount)
+            n = self._write("purge finished jobs", lambda c: c.execute(stmt).rowcount, single=True)
             total += n
             if n < PURGE_BATCH:
                 return total

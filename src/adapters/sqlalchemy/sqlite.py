@@ -35,6 +35,17 @@ from tether.domain.errors import ConfigurationError, TetherError
 from tether.domain.lease import new_lease_token
 
 DEFAULT_BUSY_TIMEOUT = 5.0
+_file_locks: dict[str, threading.RLock] = {}
+_file_locks_guard = threading.Lock()
+
+
+def _file_lock(path: str) -> threading.RLock:
+    """The in-process write lock of the database file at ``path`` (shared by its repositories)."""
+    with _file_locks_guard:
+        lock = _file_locks.get(path)
+        if lock is None:
+            lock = _file_locks[path] = threading.RLock()
+        return lock
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -107,6 +118,15 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         super().__init__(engine, schema=None)
         if is_memory_url(engine.url):
             self._serial = threading.RLock()
+            self._file_lock = self._serial
+        else:
+            self._file_lock = _file_lock(os.path.abspath(engine.url.database or ""))
+
+    def _write_guard(self) -> Any:
+        """Threads of one process queue on a lock for the file's write lock instead of polling it
+        through SQLite's busy handler (which sleeps in steps of up to 100 ms); other processes
+        still meet ``busy_timeout``."""
+        return self._file_lock
 
     @classmethod
     def from_url(
