@@ -342,6 +342,14 @@ class WorkerPool:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)  # type: ignore[arg-type]
 
+    def __enter__(self) -> "WorkerPool":
+        """``with app.worker(...) as pool:`` starts the pool, and stops it (with its drain) on exit."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     # -- threads -----------------------------------------------------------------------------
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -500,3 +500,18 @@ def test_a_pool_runs_once() -> None:
     finally:
         pool.stop()
     assert pool.stop() == pool.stats  # idempotent
+
+
+def test_a_pool_as_a_context_manager_starts_and_stops() -> None:
+    app = make_app()
+    done = threading.Event()
+
+    @app.handler("t")
+    def t(payload: dict) -> None:
+        done.set()
+
+    app.enqueue("t", {})
+    with app.worker(concurrency=1, reap_interval=30) as pool:
+        assert done.wait(20)
+    assert pool.stopping
+    wait_for(lambda: app.counts()[JobStatus.COMPLETED] == 1, what="the completion")
