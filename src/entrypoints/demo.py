@@ -332,23 +332,25 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
         _stop_logging_to_file(log_handler)
 
 
-def _log_to_file(path: Path) -> logging.Handler:
+def _log_to_file(path: Path) -> tuple[logging.Handler, int, bool]:
     """Send the ``tether`` loggers to ``path`` for the run, so worker messages (each dead
-    letter is logged) do not break up the progress bar."""
+    letter is logged) do not break up the progress bar.  Returns what to restore."""
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("tether")
+    saved = (handler, logger.level, logger.propagate)
     logger.addHandler(handler)
     logger.propagate = False
-    if logger.level == logging.NOTSET or logger.level > logging.INFO:
-        logger.setLevel(logging.INFO)
-    return handler
+    logger.setLevel(logging.INFO)
+    return saved
 
 
-def _stop_logging_to_file(handler: logging.Handler) -> None:
+def _stop_logging_to_file(saved: tuple[logging.Handler, int, bool]) -> None:
+    handler, level, propagate = saved
     logger = logging.getLogger("tether")
     logger.removeHandler(handler)
-    logger.propagate = True
+    logger.setLevel(level)
+    logger.propagate = propagate
     handler.close()
 
 
@@ -501,7 +503,11 @@ def _print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
         console.print("[bold yellow]interrupted[/bold yellow]: unfinished jobs stay in the database; run the demo again to finish them")
     if ok:
         console.print("[bold green]every job ended as designed[/bold green]")
+    elif summary.get("interrupted"):
+        console.print(f"[bold red]not finished[/bold red]: {summary['problem_count']} job(s) have not ended yet")
     else:
         console.print(f"[bold red]{summary['problem_count']} job(s) did not end as designed[/bold red]")
-        for problem in summary["problems"]:
+        for problem in summary["problems"][:10]:
             console.print(f"  - {problem}")
+        if summary["problem_count"] > 10:
+            console.print(f"  ... and {summary['problem_count'] - 10} more in {summary['results_file'].rsplit('/', 1)[0]}/summary.json")
