@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs to enqueue and drain (default 20000)")
     parser.add_argument(
-        "--backend", choices=("memory", "sqlite", "postgres", "all"), action="append",
+        "--backend",
+        choices=("memory", "sqlite", "postgres", "all"),
+        action="append",
         help="repeat for several; default memory and sqlite; 'all' adds postgres",
     )
     parser.add_argument("--concurrency", type=int, default=4, help="worker threads (default 4)")
@@ -96,9 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     backends = args.backend or ["memory", "sqlite"]
     if "all" in backends:
         backends = ["memory", "sqlite", "postgres"]
-    print(f"tether drain bench: {args.jobs:,} no-op jobs, {args.concurrency} worker threads, "
-          f"enqueue_many batches of {args.batch}; Python {platform.python_version()} on {platform.machine()}, "
-          f"{os.cpu_count()} CPU(s)")
+    print(
+        f"tether drain bench: {args.jobs:,} no-op jobs, {args.concurrency} worker threads, "
+        f"enqueue_many batches of {args.batch}; Python {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} CPU(s)"
+    )
     print(f"{'backend':<10} {'bulk enqueue jobs/s':>20} {'drain jobs/s':>14} {'drain s':>9}")
     for backend in backends:
         figures = run(backend, args.jobs, args.concurrency, args.batch)

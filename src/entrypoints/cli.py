@@ -27,19 +27,17 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
-
 from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
 from tether.entrypoints.settings import Settings, env_name
+from typer.core import TyperGroup
 
 if TYPE_CHECKING:
     from tether.entrypoints.service import Tether
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
-
 
 
 def _stdout() -> Console:
@@ -92,7 +90,10 @@ class _OneLineErrors(TyperGroup):
 app = typer.Typer(
     name="tether",
     cls=_OneLineErrors,
-    help="Tether: a durable background-job queue. Accepted jobs are never lost; a worker that lost its lease can never change a job.",
+    help=(
+        "Tether: a durable background-job queue. Accepted jobs are never lost; "
+        "a worker that lost its lease can never change a job."
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -134,7 +135,11 @@ DatabaseUrl = Annotated[
 ]
 RedisUrl = Annotated[
     Optional[str],
-    typer.Option("--redis-url", envvar=env_name("redis_url"), help="Redis URL for Redis Streams dispatch. [default: none, poll the database]"),
+    typer.Option(
+        "--redis-url",
+        envvar=env_name("redis_url"),
+        help="Redis URL for Redis Streams dispatch. [default: none, poll the database]",
+    ),
 ]
 Schema = Annotated[
     Optional[str],
@@ -225,9 +230,16 @@ def enqueue(
     queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue name. [default: default]")] = None,
     priority: Annotated[int, typer.Option("--priority", help="Higher runs first.")] = 0,
     delay: Annotated[Optional[float], typer.Option("--delay", help="Run no sooner than this many seconds from now.")] = None,
-    run_at: Annotated[Optional[str], typer.Option("--run-at", help="Run no sooner than this ISO 8601 time with offset, e.g. 2026-05-01T09:30:00Z.")] = None,
-    max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", help="Leases allowed in all (1-10,000). [default: 3]")] = None,
-    idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")] = None,
+    run_at: Annotated[
+        Optional[str],
+        typer.Option("--run-at", help="Run no sooner than this ISO 8601 time with offset, e.g. 2026-05-01T09:30:00Z."),
+    ] = None,
+    max_attempts: Annotated[
+        Optional[int], typer.Option("--max-attempts", help="Leases allowed in all (1-10,000). [default: 3]")
+    ] = None,
+    idempotency_key: Annotated[
+        Optional[str], typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")
+    ] = None,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     schema: Schema = None,
@@ -269,12 +281,16 @@ def enqueue(
     elif result.created:
         _stdout().print(f"enqueued job {job.id} ({job.job_type} on queue {job.queue}, due {_short_time(job.scheduled_at)} UTC)")
     else:
-        _stdout().print(f"job {job.id} already holds idempotency key {job.idempotency_key!r} ({job.status.value}); nothing enqueued")
+        _stdout().print(
+            f"job {job.id} already holds idempotency key {job.idempotency_key!r} ({job.status.value}); nothing enqueued"
+        )
 
 
 @jobs_app.command("list")
 def jobs_list(
-    status: Annotated[Optional[JobStatus], typer.Option("--status", "-s", help="Only jobs in this status.", case_sensitive=False)] = None,
+    status: Annotated[
+        Optional[JobStatus], typer.Option("--status", "-s", help="Only jobs in this status.", case_sensitive=False)
+    ] = None,
     queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Only jobs in this queue.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000, help="At most this many jobs.")] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many jobs first.")] = 0,
@@ -366,7 +382,9 @@ def retry(
 
 @app.command()
 def purge(
-    older_than: Annotated[float, typer.Option("--older-than", help="Delete completed and dead jobs that finished more than this many seconds ago.")],
+    older_than: Annotated[
+        float, typer.Option("--older-than", help="Delete completed and dead jobs that finished more than this many seconds ago.")
+    ],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     schema: Schema = None,
@@ -460,15 +478,53 @@ def worker(
             help="module:attribute of your Tether app (its handlers are what the worker runs), e.g. myproject.jobs:app.",
         ),
     ],
-    concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", envvar=env_name("concurrency"), help="Worker threads. [default: 4]")] = None,
-    queues: Annotated[Optional[list[str]], typer.Option("--queue", "-q", help="Lease only from this queue (repeat for more). [env TETHER_QUEUES, comma-separated; default: all]")] = None,
-    lease_timeout: Annotated[Optional[float], typer.Option("--lease-timeout", envvar=env_name("lease_timeout"), help="Seconds a lease lasts without a heartbeat. [default: 900]")] = None,
-    heartbeat_interval: Annotated[Optional[float], typer.Option("--heartbeat-interval", envvar=env_name("heartbeat_interval"), help="Seconds between lease heartbeats. [default: lease timeout / 3]")] = None,
-    reap_interval: Annotated[Optional[float], typer.Option("--reap-interval", envvar=env_name("reap_interval"), help="Seconds between reaper passes. [default: 30]")] = None,
-    drain_timeout: Annotated[Optional[float], typer.Option("--drain-timeout", envvar=env_name("drain_timeout"), help="On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]")] = None,
-    log_level: Annotated[Optional[str], typer.Option("--log-level", envvar=env_name("log_level"), help="DEBUG, INFO, WARNING or ERROR. [default: INFO]")] = None,
-    worker_id: Annotated[Optional[str], typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")] = None,
-    until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit once no job is queued, retrying or running in the worker's queues.")] = False,
+    concurrency: Annotated[
+        Optional[int], typer.Option("--concurrency", "-c", envvar=env_name("concurrency"), help="Worker threads. [default: 4]")
+    ] = None,
+    queues: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--queue",
+            "-q",
+            help="Lease only from this queue (repeat for more). [env TETHER_QUEUES, comma-separated; default: all]",
+        ),
+    ] = None,
+    lease_timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--lease-timeout", envvar=env_name("lease_timeout"), help="Seconds a lease lasts without a heartbeat. [default: 900]"
+        ),
+    ] = None,
+    heartbeat_interval: Annotated[
+        Optional[float],
+        typer.Option(
+            "--heartbeat-interval",
+            envvar=env_name("heartbeat_interval"),
+            help="Seconds between lease heartbeats. [default: lease timeout / 3]",
+        ),
+    ] = None,
+    reap_interval: Annotated[
+        Optional[float],
+        typer.Option("--reap-interval", envvar=env_name("reap_interval"), help="Seconds between reaper passes. [default: 30]"),
+    ] = None,
+    drain_timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--drain-timeout",
+            envvar=env_name("drain_timeout"),
+            help="On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]",
+        ),
+    ] = None,
+    log_level: Annotated[
+        Optional[str],
+        typer.Option("--log-level", envvar=env_name("log_level"), help="DEBUG, INFO, WARNING or ERROR. [default: INFO]"),
+    ] = None,
+    worker_id: Annotated[
+        Optional[str], typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit once no job is queued, retrying or running in the worker's queues.")
+    ] = False,
 ) -> None:
     """Run a worker pool for your app's handlers until SIGINT/SIGTERM.
 
@@ -520,10 +576,16 @@ def _configure_logging(level: str) -> None:
 
 @app.command()
 def demo(
-    path: Annotated[Optional[str], typer.Option("--path", help="Directory whose files become jobs. [default: this Python's standard library]")] = None,
+    path: Annotated[
+        Optional[str], typer.Option("--path", help="Directory whose files become jobs. [default: this Python's standard library]")
+    ] = None,
     pattern: Annotated[str, typer.Option("--pattern", help="Glob of the file names to take.")] = "*.py",
-    database_url: Annotated[Optional[str], typer.Option("--database-url", help="Where the demo's jobs live. [default: sqlite file in --out]")] = None,
-    redis_url: Annotated[Optional[str], typer.Option("--redis-url", help="Dispatch through Redis Streams. [default: poll the database]")] = None,
+    database_url: Annotated[
+        Optional[str], typer.Option("--database-url", help="Where the demo's jobs live. [default: sqlite file in --out]")
+    ] = None,
+    redis_url: Annotated[
+        Optional[str], typer.Option("--redis-url", help="Dispatch through Redis Streams. [default: poll the database]")
+    ] = None,
     redis_prefix: Annotated[str, typer.Option("--redis-prefix", help="Key prefix of the demo's Redis streams.")] = "tether",
     schema: Annotated[Optional[str], typer.Option("--schema", help="Database schema (PostgreSQL).")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", help="Worker threads.")] = 4,

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dependency_injector import containers, providers
-
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import ConfigurationError
@@ -81,9 +80,7 @@ def redis_dispatcher(
     return RedisStreamsDispatcher(repository, clock, redis_url, **(options or {}))
 
 
-def make_tether(
-    repository: JobRepository, dispatcher: Dispatcher, clock: Clock, **options: Any
-) -> "Tether":
+def make_tether(repository: JobRepository, dispatcher: Dispatcher, clock: Clock, **options: Any) -> "Tether":
     """The :class:`~tether.entrypoints.service.Tether` application over the three ports."""
     from tether.entrypoints.service import Tether
 
@@ -122,9 +119,7 @@ class Container(containers.DeclarativeContainer):
         redis=providers.Singleton(redis_dispatcher, repository, clock, config.redis_url, config.redis),
     )
 
-    app = providers.Singleton(
-        make_tether, repository, dispatcher, clock, retry_policy=retry_policy
-    )
+    app = providers.Singleton(make_tether, repository, dispatcher, clock, retry_policy=retry_policy)
 
 
 _APP_OPTIONS = ("max_payload_bytes", "default_queue", "default_max_attempts")

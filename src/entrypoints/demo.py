@@ -40,7 +40,6 @@ import attrs
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-
 from tether.domain.errors import ConfigurationError, PermanentError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
@@ -268,7 +267,10 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
     recorder = _Recorder()
 
     console.print(f"[bold]Tether demo[/bold]: {len(files):,} file(s) matching {options.pattern} under {options.root}")
-    console.print(f"database: {redact_url(options.database_url)}" + (f"  dispatch: Redis Streams at {redact_url(options.redis_url)}" if options.redis_url else "  dispatch: polling"))
+    console.print(
+        f"database: {redact_url(options.database_url)}"
+        + (f"  dispatch: Redis Streams at {redact_url(options.redis_url)}" if options.redis_url else "  dispatch: polling")
+    )
 
     log_handler = _log_to_file(options.log_path)
     app = connect(
@@ -292,7 +294,9 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
             key = idempotency_key(path)
             plans[key] = (path, rel, failure_plan(rel))
             requests.append(
-                EnqueueRequest(JOB_TYPE, {"path": str(path), "rel": rel}, queue=QUEUE, max_attempts=MAX_ATTEMPTS, idempotency_key=key)
+                EnqueueRequest(
+                    JOB_TYPE, {"path": str(path), "rel": rel}, queue=QUEUE, max_attempts=MAX_ATTEMPTS, idempotency_key=key
+                )
             )
         enqueue_started = time.perf_counter()
         created = 0
@@ -303,7 +307,11 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
         known = len(requests) - created
         console.print(
             f"{created:,} new job(s), {known:,} already known"
-            + (f" (enqueued in {enqueue_seconds:.2f} s, {created / enqueue_seconds:,.0f} jobs/s)" if created and enqueue_seconds > 0 else "")
+            + (
+                f" (enqueued in {enqueue_seconds:.2f} s, {created / enqueue_seconds:,.0f} jobs/s)"
+                if created and enqueue_seconds > 0
+                else ""
+            )
         )
 
         pending_at_start = _unfinished(app.counts(queue=QUEUE))
@@ -484,7 +492,8 @@ def _print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
         console.print("this run: no job needed running (every job was already finished)")
     if summary["latency_p50_ms"] is not None:
         console.print(
-            f"enqueue-to-start latency of first attempts: p50 {summary['latency_p50_ms']:,} ms, p99 {summary['latency_p99_ms']:,} ms"
+            "enqueue-to-start latency of first attempts: "
+            f"p50 {summary['latency_p50_ms']:,} ms, p99 {summary['latency_p99_ms']:,} ms"
             " (every job was enqueued before the workers started, so this is mostly time spent waiting in the backlog)"
         )
     if summary["dead_letters"]:
@@ -500,7 +509,9 @@ def _print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
     console.print(f"database: {summary['database_url']}")
     console.print(f"worker log: {summary['log_file']}; summary: {summary['results_file'].rsplit('/', 1)[0]}/summary.json")
     if summary.get("interrupted"):
-        console.print("[bold yellow]interrupted[/bold yellow]: unfinished jobs stay in the database; run the demo again to finish them")
+        console.print(
+            "[bold yellow]interrupted[/bold yellow]: unfinished jobs stay in the database; run the demo again to finish them"
+        )
     if ok:
         console.print("[bold green]every job ended as designed[/bold green]")
     elif summary.get("interrupted"):
@@ -510,4 +521,6 @@ def _print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
         for problem in summary["problems"][:10]:
             console.print(f"  - {problem}")
         if summary["problem_count"] > 10:
-            console.print(f"  ... and {summary['problem_count'] - 10} more in {summary['results_file'].rsplit('/', 1)[0]}/summary.json")
+            console.print(
+                f"  ... and {summary['problem_count'] - 10} more in {summary['results_file'].rsplit('/', 1)[0]}/summary.json"
+            )

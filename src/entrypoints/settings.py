@@ -35,7 +35,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
-
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.validation import validate_queue
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-
 from tether.entrypoints import demo
 from tether.entrypoints.demo import DemoOptions, run_demo
 from tether.entrypoints.demo_tasks import failure_plan

@@ -64,14 +64,23 @@ def test_demo_on_postgres_with_redis_dispatch(tmp_path: Path, pg_schema: str, re
     for i, rel in enumerate(rels):
         (tree / rel).write_text(f"x = {i}\n")
     expected_dead = sum(1 for rel in rels if kind(rel) == "dead")
-    args = ["--path", str(tree), "--database-url", DATABASE_URL, "--schema", pg_schema,
-            "--redis-url", REDIS_URL, "--redis-prefix", redis_prefix]
+    args = [
+        "--path",
+        str(tree),
+        "--database-url",
+        DATABASE_URL,
+        "--schema",
+        pg_schema,
+        "--redis-url",
+        REDIS_URL,
+        "--redis-prefix",
+        redis_prefix,
+    ]
 
     first = run_demo(tmp_path, *args)
     assert first.returncode == 0, first.stdout + first.stderr
     summary = json.loads((tmp_path / "tether-demo" / "summary.json").read_text())
-    assert summary["counts"] == {"queued": 0, "running": 0, "retrying": 0,
-                                 "completed": 25 - expected_dead, "dead": expected_dead}
+    assert summary["counts"] == {"queued": 0, "running": 0, "retrying": 0, "completed": 25 - expected_dead, "dead": expected_dead}
     assert summary["new_jobs"] == 25
 
     second = run_demo(tmp_path, *args)

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.e2e.test_demo import tether_command
 from tether.domain.job import JobStatus
 from tether.entrypoints.container import connect
+
+from tests.e2e.test_demo import tether_command
 
 pytestmark = pytest.mark.slow
 
@@ -39,14 +39,22 @@ def linger(payload, ctx):
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env.update(TETHER_DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.db'}", NOTES=str(tmp_path / "notes.txt"),
-               PYTHONPATH=str(tmp_path))
+    env.update(
+        TETHER_DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.db'}", NOTES=str(tmp_path / "notes.txt"), PYTHONPATH=str(tmp_path)
+    )
     return env
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*tether_command(), *args], cwd=tmp_path, env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*tether_command(), *args],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _wait_for(predicate, what: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
@@ -74,9 +82,23 @@ def test_worker_process_runs_jobs_and_stops_on_sigterm(tmp_path: Path) -> None:
         app.close()
 
     worker = subprocess.Popen(
-        [*tether_command(), "worker", "--app", "notes_app:app", "--concurrency", "2", "--drain-timeout", "0.5",
-         "--log-level", "WARNING"],
-        cwd=tmp_path, env=_env(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            *tether_command(),
+            "worker",
+            "--app",
+            "notes_app:app",
+            "--concurrency",
+            "2",
+            "--drain-timeout",
+            "0.5",
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:

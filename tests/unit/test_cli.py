@@ -10,17 +10,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
-
 from tether.domain.errors import PermanentError
 from tether.domain.job import JobStatus
 from tether.entrypoints.cli import app
 from tether.entrypoints.container import connect
+from typer.testing import CliRunner
 
 SETTINGS_VARIABLES = (
-    "TETHER_DATABASE_URL", "TETHER_REDIS_URL", "TETHER_SCHEMA", "TETHER_CONCURRENCY", "TETHER_QUEUES",
-    "TETHER_POLL_INTERVAL", "TETHER_LEASE_TIMEOUT", "TETHER_HEARTBEAT_INTERVAL", "TETHER_REAP_INTERVAL",
-    "TETHER_DRAIN_TIMEOUT", "TETHER_MAX_PAYLOAD_BYTES", "TETHER_LOG_LEVEL", "TETHER_APP",
+    "TETHER_DATABASE_URL",
+    "TETHER_REDIS_URL",
+    "TETHER_SCHEMA",
+    "TETHER_CONCURRENCY",
+    "TETHER_QUEUES",
+    "TETHER_POLL_INTERVAL",
+    "TETHER_LEASE_TIMEOUT",
+    "TETHER_HEARTBEAT_INTERVAL",
+    "TETHER_REAP_INTERVAL",
+    "TETHER_DRAIN_TIMEOUT",
+    "TETHER_MAX_PAYLOAD_BYTES",
+    "TETHER_LOG_LEVEL",
+    "TETHER_APP",
 )
 
 
@@ -49,7 +58,7 @@ def one_error_line(result: Any) -> str:
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
     assert lines[0].startswith("tether: error: "), result.output
-    return lines[0][len("tether: error: "):]
+    return lines[0][len("tether: error: ") :]
 
 
 BAD_INPUT = [
@@ -95,9 +104,15 @@ DEMO_BAD_INPUT = [
     (["--path", "{missing}"], "path: '{missing}' is not a directory"),
     (["--workers", "0"], "workers: must be an integer from 1 to 256, got 0"),
     (["--pattern", "a/b.py"], "pattern: must be a file-name glob"),
-    (["--database-url", "mongodb://u:hunter2@h/db"], "database_url (--database-url, TETHER_DATABASE_URL): unsupported URL 'mongodb://u:***@h/db'"),
+    (
+        ["--database-url", "mongodb://u:hunter2@h/db"],
+        "database_url (--database-url, TETHER_DATABASE_URL): unsupported URL 'mongodb://u:***@h/db'",
+    ),
     (["--redis-url", "http://cache"], "redis_url (--redis-url, TETHER_REDIS_URL): must be a redis://"),
-    (["--fresh", "--database-url", "postgresql+psycopg://u@h/db"], "fresh: only a SQLite file or memory:// can be started afresh"),
+    (
+        ["--fresh", "--database-url", "postgresql+psycopg://u@h/db"],
+        "fresh: only a SQLite file or memory:// can be started afresh",
+    ),
 ]
 
 
@@ -124,18 +139,42 @@ def test_bad_environment_value_is_bad_input(monkeypatch: pytest.MonkeyPatch, db:
     monkeypatch.setenv("TETHER_LEASE_TIMEOUT", "-3")
     result = cli("worker", "--app", "json:dumps")
     assert result.exit_code == 2
-    assert one_error_line(result).startswith("lease_timeout (--lease-timeout, TETHER_LEASE_TIMEOUT): must be > 0 seconds, got -3.0")
+    assert one_error_line(result).startswith(
+        "lease_timeout (--lease-timeout, TETHER_LEASE_TIMEOUT): must be > 0 seconds, got -3.0"
+    )
 
 
 def test_enqueue_list_show_with_idempotency(db: str) -> None:
-    first = cli_json("enqueue", "emails.send", "--payload", '{"to": "a@example.com", "n": 1}', "--queue", "mail",
-                     "--priority", "5", "--max-attempts", "4", "--idempotency-key", "welcome-42", "--database-url", db)
+    first = cli_json(
+        "enqueue",
+        "emails.send",
+        "--payload",
+        '{"to": "a@example.com", "n": 1}',
+        "--queue",
+        "mail",
+        "--priority",
+        "5",
+        "--max-attempts",
+        "4",
+        "--idempotency-key",
+        "welcome-42",
+        "--database-url",
+        db,
+    )
     assert first["created"] is True
     job = first["job"]
-    assert (job["job_type"], job["queue"], job["priority"], job["max_attempts"], job["status"]) == ("emails.send", "mail", 5, 4, "queued")
+    assert (job["job_type"], job["queue"], job["priority"], job["max_attempts"], job["status"]) == (
+        "emails.send",
+        "mail",
+        5,
+        4,
+        "queued",
+    )
     assert job["payload"] == {"to": "a@example.com", "n": 1}
 
-    again = cli("enqueue", "emails.send", "--payload", '{"to": "b@example.com"}', "--idempotency-key", "welcome-42", "--database-url", db)
+    again = cli(
+        "enqueue", "emails.send", "--payload", '{"to": "b@example.com"}', "--idempotency-key", "welcome-42", "--database-url", db
+    )
     assert again.exit_code == 0
     assert f"job {job['id']} already holds idempotency key 'welcome-42' (queued); nothing enqueued" in again.output
 
@@ -249,9 +288,7 @@ def test_db_init_creates_the_tables_and_is_idempotent(tmp_path: Path) -> None:
     assert memory.exit_code == 0 and "nothing" in memory.output
 
 
-def test_worker_runs_the_handlers_of_the_app_it_is_pointed_at(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db: str
-) -> None:
+def test_worker_runs_the_handlers_of_the_app_it_is_pointed_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db: str) -> None:
     out = tmp_path / "greeted.txt"
     (tmp_path / "greeter_app_for_cli_test.py").write_text(
         "import os\n"

@@ -6,7 +6,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-
 import tether
 from tether.adapters.clock import FakeClock, SystemClock
 from tether.adapters.memory import InMemoryJobRepository

@@ -6,11 +6,11 @@ Real servers; a schema and a key prefix carrying RUN_ID, removed afterwards.
 from __future__ import annotations
 
 import pytest
-
-from tests.conftest import DATABASE_URL, REDIS_URL, RUN_ID, service_unavailable
 from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError
 from tether.domain.job import JobStatus
 from tether.entrypoints.container import connect
+
+from tests.conftest import DATABASE_URL, REDIS_URL, RUN_ID, service_unavailable
 
 
 def test_postgresql_url_with_redis_url_wires_both_and_runs_a_job() -> None:
@@ -19,8 +19,9 @@ def test_postgresql_url_with_redis_url_wires_both_and_runs_a_job() -> None:
     schema = f"tether_c_{RUN_ID}"
     prefix = f"tether-c-{RUN_ID}"
     try:
-        app = connect(DATABASE_URL, schema=schema, redis_url=REDIS_URL,
-                      redis_options={"prefix": prefix, "require_connection": True})
+        app = connect(
+            DATABASE_URL, schema=schema, redis_url=REDIS_URL, redis_options={"prefix": prefix, "require_connection": True}
+        )
     except (StorageUnavailable, ConfigurationError) as exc:
         service_unavailable("PostgreSQL or Redis", str(exc))
     client = redis.Redis.from_url(REDIS_URL)
@@ -36,7 +37,7 @@ def test_postgresql_url_with_redis_url_wires_both_and_runs_a_job() -> None:
         assert sorted(done) == [0, 1, 2]
         assert app.counts()[JobStatus.COMPLETED] == 3
     finally:
-        drop = getattr(app.repository, "drop_schema")
+        drop = app.repository.drop_schema
         drop()
         app.close()
         for key in client.scan_iter(match="{" + prefix + "}*"):

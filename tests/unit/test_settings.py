@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tether.domain.errors import ConfigurationError
 from tether.entrypoints.settings import InvalidSetting, Settings, database_kind, redact_url
 
