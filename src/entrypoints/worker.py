@@ -38,19 +38,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from types import FrameType
 from typing import Any, TypeVar
 
 import attrs
 
-from tether.domain import transitions
-from tether.domain.errors import LeaseLost, PermanentError, StorageUnavailable, ValidationError
-from tether.domain.failure import describe_failure, sanitize_text
+from tether.domain.errors import LeaseLost, StorageUnavailable, ValidationError
+from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
 from tether.entrypoints.context import JobContext
+from tether.entrypoints.execution import Outcome, execute_job
 from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
 from tether.ports.clock import Clock
@@ -131,6 +130,24 @@ class _Running:
         self.finishing = False  # the handler returned; its outcome is being written
         self.released = False  # handed back at shutdown; nothing more is written for it
         self.lost_counted = False  # a LeaseLost for this lease is in the stats already
+
+
+class _PoolWriter:
+    """The pool's :class:`~tether.entrypoints.execution.OutcomeWriter` for one running job."""
+
+    def __init__(self, pool: WorkerPool, entry: _Running) -> None:
+        self._pool = pool
+        self._entry = entry
+
+    def begin_finish(self) -> bool:
+        return self._pool._begin_finish(self._entry)
+
+    def write(self, what: str, write: Callable[[], Job]) -> Job | None:
+        return self._pool._write(self._entry, what, write)
+
+
+#: Which :class:`WorkerStats` counter each recorded outcome bumps.
+_COUNTERS = {Outcome.COMPLETED: "completed", Outcome.RETRYING: "failed", Outcome.DEAD: "dead"}
 
 
 class WorkerPool:
@@ -469,76 +486,15 @@ class WorkerPool:
 
     # -- one job -----------------------------------------------------------------------------
     def _process(self, entry: _Running) -> None:
-        job, ctx = entry.job, entry.ctx
         if entry.released:  # released at shutdown before this thread picked it up
             return
-        spec = self.handlers.get(job.job_type)
-        if spec is None:
-            error = (
-                f"UnknownJobType: no handler is registered for job type {job.job_type!r} in worker {self.worker_id} "
-                f"(it knows {sorted(self.handlers)[:20]}); register it with @app.handler({job.job_type!r}) and "
-                f"retry the job"
-            )
-            if self._begin_finish(entry):
-                written = self._write(entry, "dead_letter", lambda: self.repository.dead_letter(job.id, entry.token, now=self.clock.now(), error=error))
-                if written is not None:
-                    self._count("dead")
-                    logger.error("worker %s: job %s sent to dead: %s", self.worker_id, job.id, error)
-            return
-
-        try:
-            payload = job.payload
-            if spec.takes_context:
-                spec.func(payload, ctx)
-            else:
-                spec.func(payload)
-        except BaseException as exc:  # noqa: BLE001 - any handler error is the job's failure
-            self._on_failure(entry, spec, exc)
-            return
-        if not self._begin_finish(entry):
-            logger.info("worker %s: job %s returned after it was released or lost; result not recorded", self.worker_id, job.id)
-            return
-        written = self._write(entry, "complete", lambda: self.repository.complete(job.id, entry.token, now=self.clock.now()))
-        if written is not None:
-            self._count("completed")
-
-    def _on_failure(self, entry: _Running, spec: HandlerSpec, exc: BaseException) -> None:
-        job = entry.job
-        error = describe_failure(exc)
-        if not self._begin_finish(entry):
-            logger.info(
-                "worker %s: job %s failed after it was released or lost; not recorded: %s", self.worker_id, job.id, error[:500]
-            )
-            return
-        now = self.clock.now()
-        permanent = isinstance(exc, PermanentError)
-        retry_at: datetime | None = transitions.next_retry_at(
-            job, now=now, policy=self.retry_policy, r=random.random(), permanent=permanent
+        result = execute_job(
+            entry.job, entry.ctx, handlers=self.handlers, repository=self.repository, clock=self.clock,
+            retry_policy=self.retry_policy, writer=_PoolWriter(self, entry), worker_id=self.worker_id,
         )
-        written = self._write(
-            entry, "fail", lambda: self.repository.fail(job.id, entry.token, now=self.clock.now(), error=error, retry_at=retry_at)
-        )
-        if written is None:
-            return
-        if written.status is JobStatus.DEAD:
-            self._count("dead")
-            logger.warning(
-                "worker %s: job %s (%s) is dead after attempt %d/%d%s: %s",
-                self.worker_id, job.id, job.job_type, written.attempts, written.max_attempts,
-                " (permanent error)" if permanent else "", sanitize_text(error, 500),
-            )
-        else:
-            self._count("failed")
-            logger.info(
-                "worker %s: job %s (%s) failed attempt %d/%d, retrying at %s: %s",
-                self.worker_id, job.id, job.job_type, written.attempts, written.max_attempts,
-                written.scheduled_at.isoformat(), sanitize_text(error, 500),
-            )
-        if spec.on_failure is not None:
-            try:
-                spec.on_failure(written, exc)
-            except BaseException:  # noqa: BLE001 - a hook can never stop the worker (C17)
-                logger.exception("worker %s: on_failure hook of %s raised for job %s (ignored)", self.worker_id, spec.name, job.id)
+        counter = _COUNTERS.get(result.outcome)
+        if counter is not None:
+            self._count(counter)
 
     def _begin_finish(self, entry: _Running) -> bool:
         """Claim the right to write the job's outcome; False if shutdown released it or the lease is lost."""
