@@ -271,25 +271,28 @@ def test_c18_exceptions_that_cannot_be_printed_become_bounded_errors() -> None:
 def test_heartbeats_keep_a_long_job_alive_past_its_lease_timeout() -> None:
     app = make_app()
     runs: list[int] = []
+    extended: list[float] = []
 
     @app.handler("long")
     def long_job(payload: dict, ctx: JobContext) -> None:
         runs.append(ctx.attempt)
         assert ctx.sleep(2.5)  # 2.5 lease timeouts; the reaper runs every 0.1 s meanwhile
+        stored = app.get(ctx.job.id)
+        extended.append((stored.lease_expires_at - stored.leased_at).total_seconds())  # type: ignore[operator]
 
     job = app.enqueue("long", {}).job
     pool = app.worker(concurrency=1, lease_timeout=1.0, heartbeat_interval=0.2, reap_interval=0.1)
     pool.start()
     try:
         wait_for(lambda: app.get(job.id).status is JobStatus.RUNNING, what="the lease")
-        first = app.get(job.id)
         wait_for(lambda: app.get(job.id).status is not JobStatus.RUNNING, what="the long job to end")
     finally:
         stats = pool.stop()
     final = app.get(job.id)
     assert (final.status, final.attempts, runs) == (JobStatus.COMPLETED, 1, [1])
     assert (stats.reaped, stats.lease_lost) == (0, 0)
-    assert first.lease_expires_at is not None and first.leased_at is not None
+    # heartbeats moved the expiry well past the first 1 s lease
+    assert len(extended) == 1 and extended[0] > 2.0
 
 
 def test_without_heartbeats_the_reaper_takes_the_job_and_the_late_complete_is_lease_lost() -> None:
