@@ -518,3 +518,34 @@ def test_a_pool_as_a_context_manager_starts_and_stops() -> None:
         assert done.wait(20)
     assert pool.stopping
     wait_for(lambda: app.counts()[JobStatus.COMPLETED] == 1, what="the completion")
+
+
+def test_c02_the_old_holders_failure_changes_nothing_of_the_new_lease() -> None:
+    clock = FakeClock()
+    repo = InMemoryJobRepository()
+    app = make_app(repo, clock)
+    go = threading.Event()
+
+    @app.handler("fails_late")
+    def fails_late(payload: dict) -> None:
+        go.wait(20)
+        raise ValueError("transient, but too late")
+
+    job = app.enqueue("fails_late", {}).job
+    pool = app.worker(concurrency=1, lease_timeout=900, heartbeat_interval=600, reap_interval=600)
+    pool.start()
+    try:
+        wait_for(lambda: app.get(job.id).status is JobStatus.RUNNING, what="worker A's lease")
+        clock.advance(minutes=16)
+        app.reap()
+        clock.advance(seconds=1)
+        [b_lease] = repo.lease(queues=None, worker_id="worker-b", now=clock.now(), lease_timeout=900)
+        go.set()
+        wait_for(lambda: pool.stats.lease_lost == 1, what="A's refused failure write")
+    finally:
+        stats = pool.stop()
+    after = app.get(job.id)
+    assert after == b_lease  # scheduled_at, last_error, attempts (2) and lease all unchanged
+    assert after.attempts == 2 and after.last_error is not None and after.last_error.startswith("LeaseExpired:")
+    assert (stats.failed, stats.dead, stats.lease_lost) == (0, 0, 1)
+    assert repo.lease(queues=None, worker_id="worker-c", now=clock.now(), lease_timeout=900) == []
