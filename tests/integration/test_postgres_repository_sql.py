@@ -428,3 +428,20 @@ def test_a_connection_killed_before_commit_is_retried_and_stores_once(repo: Post
     assert kills["n"] == 1
     assert [r.job.payload for r in results] == [{"i": i} for i in range(5)]
     assert [j.id for j in repo.list_jobs()] == [r.job.id for r in results]
+
+
+def test_complete_many_is_one_fenced_statement_with_per_item_outcomes(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    jobs = [repo.enqueue(_job(clock, {"i": i}), now=clock.now()).job for i in range(4)]
+    first = {j.id: j for j in repo.lease(queues=None, worker_id="a", now=clock.now(), lease_timeout=60, limit=4)}
+    clock.advance(61)
+    assert len(repo.reap(now=clock.now())) == 4
+    second = {j.id: j for j in repo.lease(queues=None, worker_id="b", now=clock.now(), lease_timeout=60, limit=4)}
+    items = [(jobs[0].id, second[jobs[0].id].lease_token or ""), (jobs[1].id, first[jobs[1].id].lease_token or ""),
+             (jobs[2].id, second[jobs[2].id].lease_token or ""), (10_000, "f" * 32)]
+    outcomes = repo.complete_many(items, now=clock.now())
+    assert [type(o).__name__ for o in outcomes] == ["Job", "LeaseLost", "Job", "LeaseLost"]
+    assert repo.get(jobs[1].id).status is JobStatus.RUNNING  # the stale token changed nothing
+    assert repo.get(jobs[1].id).lease_token == second[jobs[1].id].lease_token
+    assert [repo.get(j.id).status for j in jobs] == [JobStatus.COMPLETED, JobStatus.RUNNING, JobStatus.COMPLETED,
+                                                      JobStatus.RUNNING]
+    assert repo.get(jobs[0].id).finished_at == clock.now()

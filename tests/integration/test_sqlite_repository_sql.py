@@ -253,3 +253,21 @@ def test_aware_times_in_any_zone_compare_as_instants(repo: SqliteJobRepository, 
     assert repo.lease(queues=None, worker_id="w", now=clock.now().astimezone(tokyo), lease_timeout=5) == []
     leased = repo.lease(queues=None, worker_id="w", now=(clock.now() + timedelta(seconds=1)).astimezone(tokyo), lease_timeout=5)
     assert [j.id for j in leased] == [job.id] and leased[0].leased_at.tzinfo == UTC
+
+
+def test_complete_many_fences_each_item_and_reports_each_outcome(repo: SqliteJobRepository, clock: FakeClock) -> None:
+    jobs = [repo.enqueue(_job(clock, {"i": i}), now=clock.now()).job for i in range(3)]
+    leased = repo.lease(queues=None, worker_id="a", now=clock.now(), lease_timeout=60, limit=3)
+    clock.advance(61)
+    assert len(repo.reap(now=clock.now())) == 3
+    # job 2 is taken over by worker b; jobs 0 and 1 are leased again by a (fresh tokens)
+    again = {j.id: j for j in repo.lease(queues=None, worker_id="b", now=clock.now(), lease_timeout=60, limit=3)}
+    stale = next(j for j in leased if j.id == jobs[2].id)
+    items = [(jobs[0].id, again[jobs[0].id].lease_token or ""), (stale.id, stale.lease_token or ""),
+             (jobs[1].id, again[jobs[1].id].lease_token or "")]
+    outcomes = repo.complete_many(items, now=clock.now())
+    assert [type(o).__name__ for o in outcomes] == ["Job", "LeaseLost", "Job"]
+    assert outcomes[0].status is JobStatus.COMPLETED and outcomes[2].status is JobStatus.COMPLETED  # type: ignore[union-attr]
+    held = repo.get(jobs[2].id)
+    assert held.status is JobStatus.RUNNING and held.lease_token == again[jobs[2].id].lease_token and held.attempts == 2
+    assert repo.complete_many([], now=clock.now()) == []

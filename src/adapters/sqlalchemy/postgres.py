@@ -160,6 +160,51 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
     def _insert_ignoring_key_conflicts(self) -> Any:
         return pg_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
 
+    def _insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[Row[Any]]:
+        """Bulk insert as one statement over ``unnest`` of one array per column (any number of rows,
+        ten parameters), in input order so identities ascend with it; key conflicts skipped."""
+        if not rows:
+            return []
+        t = self.table
+        arrays = {
+            name: [row[name] for row in rows]
+            for name in ("job_type", "queue", "payload", "priority", "max_attempts", "scheduled_at", "created_at",
+                         "idempotency_key")
+        }
+        statement = text(
+            f"INSERT INTO {self._qualified_table} (job_type, queue, payload, priority, status, attempts, max_attempts, "
+            "scheduled_at, created_at, idempotency_key) "
+            "SELECT u.job_type, u.queue, u.payload, u.priority, 'queued', 0, u.max_attempts, u.scheduled_at, "
+            "u.created_at, u.idempotency_key "
+            "FROM unnest(CAST(:job_type AS text[]), CAST(:queue AS text[]), CAST(:payload AS text[]), "
+            "CAST(:priority AS integer[]), CAST(:max_attempts AS integer[]), CAST(:scheduled_at AS timestamptz[]), "
+            "CAST(:created_at AS timestamptz[]), CAST(:idempotency_key AS text[])) "
+            "WITH ORDINALITY AS u(job_type, queue, payload, priority, max_attempts, scheduled_at, created_at, "
+            "idempotency_key, n) ORDER BY u.n "
+            "ON CONFLICT (idempotency_key) DO NOTHING RETURNING *"
+        ).columns(*t.c)
+        return list(conn.execute(statement, arrays))
+
+    _complete_rows_single = True
+
+    def _complete_rows(self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime) -> list[Row[Any]]:
+        """All the fenced completions in one statement: ``UPDATE ... FROM unnest(ids, tokens)``."""
+        t = self.table
+        statement = text(
+            f"UPDATE {self._qualified_table} AS j SET status = 'completed', finished_at = :now, lease_token = NULL, "
+            "leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
+            "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS v(id, token) "
+            "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token RETURNING j.*"
+        ).columns(*t.c)
+        return list(
+            conn.execute(statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]})
+        )
+
+    @property
+    def _qualified_table(self) -> str:
+        name = self.table.name
+        return f'"{self.schema}".{name}' if self.schema else name
+
     def _lease_statement(
         self, secret: str, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
     ) -> Any:

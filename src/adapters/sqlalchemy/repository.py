@@ -564,24 +564,26 @@ class SqlAlchemyJobRepository(JobRepository):
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         t = self.table
-        token = new_lease_token()
-        stmt = (
-            update(t)
-            .where(t.c.id == job_id, *self._due_filter(now, None))
-            .values(**self._lease_values(worker_id, now, lease_timeout, token))
-            .returning(*t.c)
-        )
-        try:
-            row = self._write_once("lease a job", lambda c: c.execute(stmt).first(), single=True)
-        except _UnknownOutcome as unknown:
-            # Did our lease land?  The token is ours alone, so the row says so.
-            row = self._read("check a lease", lambda c: self._get_row(c, job_id))
-            if row is None or row.lease_token != token:
-                if row is not None and row.status in (JobStatus.QUEUED.value, JobStatus.RETRYING.value):
-                    return self.lease_job(job_id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
-                return None
-            del unknown
-        return row_to_job(row) if row is not None else None
+        for _ in range(self.retry_attempts):
+            token = new_lease_token()
+            stmt = (
+                update(t)
+                .where(t.c.id == job_id, *self._due_filter(now, None))
+                .values(**self._lease_values(worker_id, now, lease_timeout, token))
+                .returning(*t.c)
+            )
+            try:
+                row = self._write_once("lease a job", lambda c: c.execute(stmt).first(), single=True)  # noqa: B023
+                return row_to_job(row) if row is not None else None
+            except _UnknownOutcome:
+                # Did our lease land?  The token is ours alone, so the row says so.
+                row = self._read("check a lease", lambda c: self._get_row(c, job_id))
+                if row is not None and row.lease_token == token:
+                    return row_to_job(row)
+                if row is None or row.status not in (JobStatus.QUEUED.value, JobStatus.RETRYING.value):
+                    return None
+                # still leasable: ours did not land; try again with a fresh token
+        raise StorageUnavailable(f"{self.safe_url}: could not lease job {job_id}: the connection kept failing")
 
     # -- fenced writes ---------------------------------------------------------------------------
     def _fenced(
@@ -633,6 +635,67 @@ class SqlAlchemyJobRepository(JobRepository):
             job_id, token, values, "complete a job",
             lambda r: r.status == JobStatus.COMPLETED.value and r.finished_at == now,
         )
+
+    def _complete_rows(self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime) -> list[Row[Any]]:
+        """Fenced completion of each (id, token) in ``items`` in this transaction; the rows written."""
+        t = self.table
+        written: list[Row[Any]] = []
+        for job_id, token in items:
+            row = conn.execute(
+                update(t)
+                .where(t.c.id == job_id, status_is(t.c.status, JobStatus.RUNNING), t.c.lease_token == token)
+                .values(status=JobStatus.COMPLETED.value, finished_at=now, **self._no_lease)
+                .returning(*t.c)
+            ).first()
+            if row is not None:
+                written.append(row)
+        return written
+
+    #: Whether :meth:`_complete_rows` is one statement (run as its own transaction where allowed).
+    _complete_rows_single: bool = False
+
+    def complete_many(self, items: Sequence[tuple[int, str]], *, now: datetime) -> list[Job | LeaseLost]:
+        """Fenced completion of several jobs in one round trip (PostgreSQL) or one transaction (SQLite).
+
+        Each ``(job_id, token)`` is still its own compare-and-set; the result, in input order, is
+        the completed :class:`Job` or the :class:`LeaseLost` error for that item (returned, not
+        raised, so every caller learns its own outcome).  Lets a worker pool flush the completions
+        of several threads at once.  Raises StorageUnavailable when the store stays unreachable.
+        """
+        now = ensure_utc(now, "now")
+        pending = [(int(job_id), str(token)) for job_id, token in items]
+        done: dict[tuple[int, str], Job | LeaseLost] = {}
+        for _ in range(self.retry_attempts):
+            if not pending:
+                break
+            batch = list(pending)
+            try:
+                rows = self._write_once(
+                    "complete jobs", lambda c: self._complete_rows(c, batch, now), single=self._complete_rows_single  # noqa: B023
+                )
+                by_id = {int(r.id): r for r in rows}
+                for job_id, token in batch:
+                    row = by_id.get(job_id)
+                    done[(job_id, token)] = row_to_job(row) if row is not None else LeaseLost(job_id, token)
+                pending = []
+            except _UnknownOutcome:
+                ids = [job_id for job_id, _ in batch]
+                current = self._read(
+                    "check interrupted completions",
+                    lambda c: {int(r.id): r for r in c.execute(select(self.table).where(self.table.c.id.in_(ids)))},  # noqa: B023
+                )
+                pending = []
+                for job_id, token in batch:
+                    row = current.get(job_id)
+                    if row is not None and row.status == JobStatus.RUNNING.value and row.lease_token == token:
+                        pending.append((job_id, token))  # did not land: send again
+                    elif row is not None and row.status == JobStatus.COMPLETED.value and row.finished_at == now:
+                        done[(job_id, token)] = row_to_job(row)
+                    else:
+                        done[(job_id, token)] = LeaseLost(job_id, token)
+        if pending:
+            raise StorageUnavailable(f"{self.safe_url}: could not complete jobs: the connection kept failing")
+        return [done[(int(job_id), str(token))] for job_id, token in items]
 
     def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
         """Fenced: ``retrying`` at ``retry_at`` if given and attempts are left (decided in SQL on the
