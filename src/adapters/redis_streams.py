@@ -194,7 +194,8 @@ class BlockingSession:
 
 
 def _is_nogroup(exc: BaseException) -> bool:
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith("NOGROUP")
+    """NOGROUP (group or stream missing) or UNBLOCKED (the stream was deleted under a blocked read)."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(("NOGROUP", "UNBLOCKED"))
 
 
 def _job_id_of(fields: Any) -> int | None:
@@ -469,6 +470,10 @@ class RedisStreamsDispatcher(Dispatcher):
                     continue
                 self._record_failure(exc)
                 continue
+            except Exception:
+                if self._closed:  # close() from another thread pulled the socket away mid-read
+                    return []
+                raise
             self._record_success()
             if entries:
                 jobs = self._take(entries, worker_id, limit, lease_timeout)

@@ -14,8 +14,6 @@ import time
 
 import pytest
 import redis
-
-from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.redis_keys import StreamKeys, redact_url
@@ -23,6 +21,8 @@ from tether.adapters.redis_streams import RedisStreamsDispatcher, check_server_v
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
+
+from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
@@ -180,11 +180,10 @@ def test_c09b_id_that_never_appears_is_acked_after_claim_idle(r, repo, clock, ma
     class Rollback(Exception):
         pass
 
-    with pytest.raises(Rollback):
-        with repo.transaction() as tx:
-            job = repo.enqueue(prepare_job("t.job", {}, now=clock.now()), now=clock.now(), connection=tx).job
-            d.notify([job])
-            raise Rollback
+    with pytest.raises(Rollback), repo.transaction() as tx:
+        job = repo.enqueue(prepare_job("t.job", {}, now=clock.now()), now=clock.now(), connection=tx).job
+        d.notify([job])
+        raise Rollback
     assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.1) == []
     assert pending(r, d) == 1
     time.sleep(CLAIM_IDLE + 0.1)
