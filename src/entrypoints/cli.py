@@ -155,14 +155,29 @@ def _settings(**overrides: Any) -> Settings:
 
 
 @contextmanager
-def _open(settings: Settings) -> Iterator["Tether"]:
+def _open(settings: Settings, *, create: bool = False) -> Iterator["Tether"]:
+    """The app on the configured store.  Only ``enqueue`` creates missing tables (``create``);
+    the other commands report them missing, so a mistyped URL is not mistaken for an empty store."""
     from tether.entrypoints.container import from_settings
 
-    tether_app = from_settings(settings)
+    if not create and settings.database_kind == "sqlite":
+        path = sqlite_path(settings.database_url)
+        if not os.path.exists(path):
+            raise ConfigurationError(
+                f"database_url: no SQLite database at {path}; check the URL, or create it with "
+                f"`tether db init --database-url {settings.database_url}`"
+            )
+    tether_app = from_settings(settings, create=create)
     try:
         yield tether_app
     finally:
         tether_app.close()
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL."""
+    rest = url.split("://", 1)[1].split("?", 1)[0]
+    return rest[1:] if rest.startswith("/") else rest
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -264,7 +279,7 @@ def enqueue(
         idempotency_key=idempotency_key,
         max_payload_bytes=settings.max_payload_bytes,
     )
-    with _open(settings) as tether_app:
+    with _open(settings, create=True) as tether_app:
         result = tether_app.enqueue(
             job_type,
             value,

@@ -127,6 +127,20 @@ def test_demo_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path: Path, a
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "command", [["jobs", "list"], ["jobs", "show", "1"], ["retry", "1"], ["purge", "--older-than", "0"], ["reap"]]
+)
+def test_commands_other_than_enqueue_do_not_create_a_database(tmp_path: Path, command: list[str]) -> None:
+    path = tmp_path / "typo.db"
+    result = cli(*command, "--database-url", f"sqlite:///{path}")
+    assert result.exit_code == 2
+    assert one_error_line(result) == (
+        f"database_url: no SQLite database at {path}; check the URL, or create it with "
+        f"`tether db init --database-url sqlite:///{path}`"
+    )
+    assert not path.exists()
+
+
 def test_bad_database_url_names_the_setting_and_hides_the_password(tmp_path: Path) -> None:
     result = cli("enqueue", "x", "--database-url", "mysql://app:hunter2@db/jobs")
     assert result.exit_code == 2
