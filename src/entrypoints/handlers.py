@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-
 from tether.domain.errors import ValidationError
 from tether.domain.job import Job
 from tether.domain.validation import validate_job_type, validate_max_attempts, validate_queue

@@ -24,7 +24,6 @@ from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar, overload
 
 import attrs
-
 from tether.domain.errors import ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES

@@ -42,7 +42,6 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import attrs
-
 from tether.domain.errors import LeaseLost, StorageUnavailable, ValidationError
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus

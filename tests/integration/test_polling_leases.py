@@ -6,7 +6,6 @@ import threading
 import time
 
 import pytest
-
 from tether.adapters.clock import FakeClock, SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher

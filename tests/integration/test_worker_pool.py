@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-
 from tether.adapters.clock import FakeClock, SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher

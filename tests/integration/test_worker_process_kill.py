@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tether.adapters.clock import SystemClock
 from tether.adapters.sqlalchemy import open_repository
 from tether.domain.job import JobStatus

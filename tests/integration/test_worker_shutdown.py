@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher

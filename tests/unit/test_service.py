@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-
 import tether
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
@@ -248,12 +247,11 @@ def test_enqueue_in_a_transaction_notifies_only_after_commit(app, repo, dispatch
 def test_enqueue_in_a_transaction_then_raise_stores_and_notifies_nothing(app, repo, dispatcher) -> None:
     """C09(a) on the API: the caller's block raises after enqueueing; nothing remains or is published."""
     orders: list[str] = []
-    with pytest.raises(RuntimeError):
-        with app.transaction() as tx:
-            orders.append("order-1")
-            app.enqueue("orders.ship", {"order": "order-1"}, connection=tx, idempotency_key="order-1")
-            app.enqueue_many([EnqueueRequest("orders.mail", {"order": "order-1"})], connection=tx)
-            raise RuntimeError("payment declined")
+    with pytest.raises(RuntimeError), app.transaction() as tx:
+        orders.append("order-1")
+        app.enqueue("orders.ship", {"order": "order-1"}, connection=tx, idempotency_key="order-1")
+        app.enqueue_many([EnqueueRequest("orders.mail", {"order": "order-1"})], connection=tx)
+        raise RuntimeError("payment declined")
     assert repo.list_jobs() == []
     assert dispatcher.notified == []
     # the key was never taken: a later enqueue creates the job
@@ -436,7 +434,7 @@ def test_retry_policy_reaches_the_worker(repo, dispatcher, clock) -> None:
 
 def test_naive_utc_check_on_run_at_is_stated(app: Tether) -> None:
     with pytest.raises(ValidationError) as info:
-        app.enqueue("t", {}, run_at=datetime(2026, 1, 1, tzinfo=timezone.utc), delay=5)
+        app.enqueue("t", {}, run_at=datetime(2026, 1, 1, tzinfo=UTC), delay=5)
     assert info.value.field == "run_at"
 
 
@@ -448,10 +446,9 @@ def test_rollback_on_sqlite_stores_and_notifies_nothing(tmp_path, clock: FakeClo
     dispatcher = RecordingDispatcher()
     app = Tether(repo, dispatcher, clock)  # type: ignore[arg-type]
     try:
-        with pytest.raises(RuntimeError):
-            with app.transaction() as tx:
-                app.enqueue("orders.ship", {"order": 1}, connection=tx, idempotency_key="order-1")
-                raise RuntimeError("payment declined")
+        with pytest.raises(RuntimeError), app.transaction() as tx:
+            app.enqueue("orders.ship", {"order": 1}, connection=tx, idempotency_key="order-1")
+            raise RuntimeError("payment declined")
         assert repo.list_jobs() == [] and dispatcher.notified == []
         with app.transaction() as tx:
             job = app.enqueue("orders.ship", {"order": 1}, connection=tx, idempotency_key="order-1").job

@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import LeaseLost, StorageUnavailable, ValidationError
@@ -59,10 +58,10 @@ def test_reaper_takes_back_every_expired_lease_in_batches_and_notifies_the_retry
 
 
 def test_purge_cutoff() -> None:
-    now = datetime(2026, 5, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 5, 1, tzinfo=UTC)
     assert purge_cutoff(timedelta(days=7), now) == now - timedelta(days=7)
     other_zone = datetime(2026, 4, 1, 2, tzinfo=timezone(timedelta(hours=2)))
-    assert purge_cutoff(other_zone, now) == datetime(2026, 4, 1, tzinfo=timezone.utc)
+    assert purge_cutoff(other_zone, now) == datetime(2026, 4, 1, tzinfo=UTC)
     for bad in (timedelta(seconds=-1), datetime(2026, 1, 1), 3600, "7d"):
         with pytest.raises(ValidationError) as info:
             purge_cutoff(bad, now)
