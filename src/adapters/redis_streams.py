@@ -284,6 +284,7 @@ class RedisStreamsDispatcher(Dispatcher):
         self._local_queues: set[str] = set()
         self._registry_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
         self._held: list[HeldEntry] = []
+        self._deferred_acks: dict[str, list[str]] = {}
         self._blocked: dict[int, BlockingSession] = {}
         self._sessions: weakref.WeakSet[BlockingSession] = weakref.WeakSet()
         self._local = threading.local()
@@ -434,6 +435,7 @@ class RedisStreamsDispatcher(Dispatcher):
         deadline = time.monotonic() + max(0.0, float(max_wait))
         generation = self._wake_generation
         first = True
+        self._flush_acks()
         while True:
             jobs = self._retry_held(names, worker_id, limit, lease_timeout)
             if jobs:
@@ -553,7 +555,7 @@ class RedisStreamsDispatcher(Dispatcher):
         if held:
             with self._lock:
                 self._held.extend(held)
-        self._finish(acks, handback)
+        self._finish(acks, handback, defer=bool(leased))
         if failure is not None and not leased:
             raise failure
         return leased
@@ -569,7 +571,18 @@ class RedisStreamsDispatcher(Dispatcher):
             return "unseen"
         return "skip"  # taken, finished or not due: the repository said no, and it is the truth
 
-    def _finish(self, acks: dict[str, list[str]], handback: list[tuple[str, str, int]]) -> None:
+    def _finish(self, acks: dict[str, list[str]], handback: list[tuple[str, str, int]], *, defer: bool = False) -> None:
+        """Hand back the extras (re-add, then ack) and acknowledge ``acks``.
+
+        With ``defer`` the acknowledgements wait for the next :meth:`acquire` or :meth:`maintain`
+        (:meth:`_flush_acks`), so leased jobs reach the worker one round trip sooner.  That is
+        safe: the jobs are already leased in the repository, and an entry left pending because
+        this process died is claimed and acknowledged by another one after ``claim_idle``."""
+        if defer and not handback:
+            with self._lock:
+                for stream, ids in acks.items():
+                    self._deferred_acks.setdefault(stream, []).extend(ids)
+            return
         if not acks and not handback:
             return
         try:
@@ -583,6 +596,13 @@ class RedisStreamsDispatcher(Dispatcher):
         except redis.RedisError as exc:
             # Unacknowledged entries stay pending; maintain() claims and acknowledges them later.
             self._record_failure(exc)
+
+    def _flush_acks(self) -> None:
+        with self._lock:
+            if not self._deferred_acks:
+                return
+            acks, self._deferred_acks = self._deferred_acks, {}
+        self._finish(acks, [])
 
     def _next_held_try(self) -> float:
         with self._lock:
@@ -634,7 +654,7 @@ class RedisStreamsDispatcher(Dispatcher):
         if keep:
             with self._lock:
                 self._held.extend(keep)
-        self._finish(acks, [])
+        self._finish(acks, [], defer=bool(leased))
         if failure is not None and not leased:
             raise failure
         return leased
@@ -668,6 +688,7 @@ class RedisStreamsDispatcher(Dispatcher):
         if self._closed:
             return
         try:
+            self._flush_acks()
             queues = self._known_queues(refresh=True)
             self._reclaim(queues)
             self._sweep(queues, now)
@@ -764,6 +785,7 @@ class RedisStreamsDispatcher(Dispatcher):
 
     def close(self) -> None:
         """Wake blocked readers and close every connection; the dispatcher is unusable afterwards."""
+        self._flush_acks()
         self._closed = True
         self.wake()
         for session in list(self._sessions):

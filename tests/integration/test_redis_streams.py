@@ -135,6 +135,7 @@ def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(r, 
     assert (job.id, job.attempts, job.leased_by) == (5, 2, "c2")
     done = repo.complete(5, job.lease_token, now=clock.now())
     assert (done.status, done.attempts) == (JobStatus.COMPLETED, 2)
+    c2.maintain(clock.now())  # acks of leased entries go out with the next acquire or maintain
     assert pending(r, c2) == 0
     assert r.xpending_range(stream, c2.group, "-", "+", 10) == []
     assert entry_id  # the id c1 held is gone from the pending entries list
@@ -157,6 +158,7 @@ def test_c07_trimmed_or_deleted_entry_is_acked_without_crashing(r, repo, clock, 
     # the jobs were never leased: the sweep (same maintain) re-published them, and they all run
     got = collect(d, clock, 3, worker="c2")
     assert sorted(j.id for j in got) == [j.id for j in jobs]
+    d.maintain(clock.now())
     assert pending(r, d) == 0
     assert all(repo.get(j.id).status is JobStatus.RUNNING for j in jobs)
 
@@ -171,6 +173,8 @@ def test_c09b_id_not_visible_yet_is_transient_then_leased(r, repo, clock, make):
         assert pending(r, d) == 1  # not lost: still pending, held for a retry
     got = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=2.0)
     assert [j.id for j in got] == [job.id]
+    assert pending(r, d) == 1  # leased; its XACK goes out with the next call
+    assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0) == []
     assert pending(r, d) == 0
 
 
@@ -236,6 +240,7 @@ def test_streams_stay_bounded_and_trimming_loses_no_job(r, repo, clock, make):
     ids = [j.id for j in got]
     assert len(ids) == len(set(ids)) == 1500
     assert r.xlen(stream) < 400
+    d.maintain(clock.now())
     assert pending(r, d) == 0
 
 
