@@ -1,0 +1,59 @@
+"""The repository state machine on PostgreSQL.
+
+One schema per test run (``tether_test_<RUN_ID>_machine``), created once for the module and
+dropped at its end; every history starts from an empty table (TRUNCATE ... RESTART IDENTITY).
+Skips (or fails, with TETHER_REQUIRE_SERVICES=1) when the server is unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import settings
+from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
+from tether.domain.errors import TetherError
+from tether.ports.repository import JobRepository
+from tether.testing.statemachine import DEFAULT_SETTINGS, RepositoryStateMachine
+
+from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+SCHEMA = f"tether_test_{RUN_ID}_machine"
+_shared: list[PostgresJobRepository] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def postgres_repository() -> Iterator[PostgresJobRepository]:
+    try:
+        repository = open_repository(DATABASE_URL, schema=SCHEMA, pool_size=2)
+    except TetherError as error:
+        service_unavailable("PostgreSQL", str(error))
+        raise
+    assert isinstance(repository, PostgresJobRepository)
+    _shared.append(repository)
+    try:
+        yield repository
+    finally:
+        _shared.remove(repository)
+        repository.drop_schema()
+        repository.close()
+
+
+class PostgresMachine(RepositoryStateMachine):
+    #: 20 histories of up to 40 steps: each step is a few round trips to the server.
+    hypothesis_settings = settings(DEFAULT_SETTINGS, max_examples=20)
+
+    def make_repository(self) -> JobRepository:
+        assert _shared, "the postgres_repository fixture did not run"
+        repository = _shared[0]
+        with repository.engine.begin() as conn:
+            conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".{repository.table.name} RESTART IDENTITY')
+        return repository
+
+    def close_repository(self, repository: JobRepository) -> None:
+        """The repository is shared by every history; the module fixture closes it."""
+
+
+TestPostgresAgainstModel = PostgresMachine.test_case()
