@@ -17,7 +17,6 @@ from tether.adapters.sqlalchemy import SqliteJobRepository, open_repository
 from tether.ports.repository import JobRepository
 from tether.testing.statemachine import DEFAULT_SETTINGS, RepositoryStateMachine
 
-
 pytestmark = pytest.mark.slow
 
 #: Database files go to a RAM-backed directory when there is one: these tests check what the
