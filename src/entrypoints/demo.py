@@ -465,6 +465,7 @@ def _summarise(
         "results_file": str(options.results_path),
         "results_stored": len(stored),
         "database_url": redact_url(options.database_url),
+        "schema": options.schema,
         "dead_letters": dead_letters[:50],
         "log_file": str(options.log_path),
         "problems": problems[:50],
@@ -497,7 +498,13 @@ def _print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
             " (every job was enqueued before the workers started, so this is mostly time spent waiting in the backlog)"
         )
     if summary["dead_letters"]:
-        dead = Table(title="dead letters (retry one with: tether retry ID --database-url ...)", title_justify="left")
+        dead = Table(
+            title="dead letters (run one again with: tether retry ID --database-url "
+            + summary["database_url"]
+            + (f" --schema {summary['schema']}" if summary["schema"] else "")
+            + ")",
+            title_justify="left",
+        )
         dead.add_column("id", justify="right")
         dead.add_column("file")
         dead.add_column("attempts", justify="right")
