@@ -62,6 +62,7 @@ Key layout: see :mod:`tether.adapters.redis_keys`.  Requires Redis >= 6.2 (``XAU
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import re
@@ -99,6 +100,8 @@ UNSEEN_RETRY_START = 0.01
 SWEEP_LIMIT = 1000
 #: At most this many pending entries are claimed per stream per maintain (XAUTOCLAIM COUNT x rounds).
 CLAIM_COUNT, CLAIM_ROUNDS = 100, 10
+#: At most this many future jobs wait on this process's local timer (the sweep covers the rest).
+TIMER_LIMIT = 10_000
 #: Seconds to wait for a TCP connection to Redis.
 CONNECT_TIMEOUT = 1.0
 
@@ -285,6 +288,7 @@ class RedisStreamsDispatcher(Dispatcher):
         self._registry_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
         self._held: list[HeldEntry] = []
         self._deferred_acks: dict[str, list[str]] = {}
+        self._timers: list[tuple[datetime, int, str]] = []
         self._blocked: dict[int, BlockingSession] = {}
         self._sessions: weakref.WeakSet[BlockingSession] = weakref.WeakSet()
         self._local = threading.local()
@@ -361,6 +365,9 @@ class RedisStreamsDispatcher(Dispatcher):
         try:
             now = self._clock.now()
             due = [job for job in jobs if job.status.is_leasable and job.scheduled_at <= now]
+            later = [job for job in jobs if job.status.is_leasable and job.scheduled_at > now]
+            if later:
+                self._remember_later(later)
             if not due or self._closed:
                 return
             if self._is_down():
@@ -386,6 +393,49 @@ class RedisStreamsDispatcher(Dispatcher):
         pipe.execute()
         with self._lock:
             self._local_queues |= queues
+
+    # -- jobs due later, published by this process when due ----------------------------------------
+    def _remember_later(self, jobs: Sequence[Job]) -> None:
+        """Keep future jobs on a local timer so a process that both notifies and acquires (a worker
+        retrying with backoff, say) publishes them right when due rather than at the next sweep.
+        Best effort: the timer dies with the process and is capped at :data:`TIMER_LIMIT` entries;
+        the sweep publishes whatever it misses."""
+        with self._lock:
+            for job in jobs:
+                if len(self._timers) >= TIMER_LIMIT:
+                    break
+                heapq.heappush(self._timers, (job.scheduled_at, job.id, job.queue))
+
+    def _next_timer_in(self) -> float:
+        """Seconds until the next local timer is due (by the clock port), or infinity."""
+        with self._lock:
+            if not self._timers:
+                return float("inf")
+            first = self._timers[0][0]
+        return max(0.0, (first - self._clock.now()).total_seconds())
+
+    def _publish_timers(self) -> None:
+        with self._lock:
+            if not self._timers:
+                return
+        now = self._clock.now()
+        due: list[tuple[datetime, int, str]] = []
+        with self._lock:
+            while self._timers and self._timers[0][0] <= now:
+                due.append(heapq.heappop(self._timers))
+        if not due or self._is_down():
+            return  # while Redis is down, the fallback lease and later the sweep find them
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for _, job_id, queue in due:
+                pipe.xadd(self._keys.stream(queue), {"id": job_id}, maxlen=self._maxlen, approximate=True)
+            queues = {queue for _, _, queue in due}
+            pipe.sadd(self._keys.registry, *sorted(queues))
+            pipe.execute()
+            with self._lock:
+                self._local_queues |= queues
+        except redis.RedisError as exc:
+            self._record_failure(exc)
 
     # -- queues and groups -----------------------------------------------------------------------
     def _known_queues(self, *, refresh: bool = False) -> set[str]:
@@ -441,6 +491,7 @@ class RedisStreamsDispatcher(Dispatcher):
             if jobs:
                 return jobs
             self._maybe_sweep()
+            self._publish_timers()
             now = time.monotonic()
             if self._wake_generation != generation or self._closed:
                 return []
@@ -462,7 +513,7 @@ class RedisStreamsDispatcher(Dispatcher):
                     self._sleep(min(remaining, self._block), generation)
                     continue
                 self._ensure_groups(streams)
-                wait = min(remaining, self._block, self._next_held_try() - now)
+                wait = min(remaining, self._block, self._next_held_try() - now, self._next_timer_in())
                 entries = self._read(streams, limit, wait, generation)
             except redis.RedisError as exc:
                 if _is_nogroup(exc):
@@ -689,6 +740,7 @@ class RedisStreamsDispatcher(Dispatcher):
             return
         try:
             self._flush_acks()
+            self._publish_timers()
             queues = self._known_queues(refresh=True)
             self._reclaim(queues)
             self._sweep(queues, now)

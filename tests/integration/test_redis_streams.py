@@ -226,6 +226,18 @@ def test_dispatcher_without_redis_leases_from_the_repository(repo, clock, make):
     assert got[0].leased_by == "w"
 
 
+def test_a_future_job_notified_here_is_published_when_due_without_a_sweep(r, repo, clock, make):
+    d = make(sweep_interval=600.0)  # the periodic sweep runs once, at the first acquire, then not for 10 min
+    job = enqueue(repo, clock, delay=30.0)
+    d.notify([job])
+    assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.2) == []
+    assert r.xlen(d.keys.stream("default")) == 0  # nothing published before it is due
+    clock.advance(30.0)
+    got = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=2.0)
+    assert [j.id for j in got] == [job.id]
+    assert r.xlen(d.keys.stream("default")) == 1
+
+
 # -- bounded streams ---------------------------------------------------------------------------
 def test_streams_stay_bounded_and_trimming_loses_no_job(r, repo, clock, make):
     d = make(maxlen=100)
