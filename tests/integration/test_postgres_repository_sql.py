@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, event, insert, select, text
 from sqlalchemy.orm import Session
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
@@ -280,15 +280,26 @@ def test_c19_lease_plan_uses_the_partial_index_with_many_finished_rows(repo: Pos
         (None, (LEASABLE_INDEX,)),
         (["a", "b"], (LEASABLE_QUEUE_INDEX, LEASABLE_INDEX)),
     ]
-    for queues, indexes in cases:
-        stmt = repo._lease_statement("0" * 32, queues=queues, worker_id="w", now=now, lease_timeout=60, limit=10)
+    captured: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if "SKIP LOCKED" in statement:
+            captured.append((statement, parameters))
+
+    event.listen(repo.engine, "before_cursor_execute", grab)
+    try:
+        for queues, _ in cases:  # the statements exactly as the repository sends them
+            assert len(repo.lease(queues=queues, worker_id="w", now=now, lease_timeout=60, limit=1)) == 1
+    finally:
+        event.remove(repo.engine, "before_cursor_execute", grab)
+    assert len(captured) == len(cases)
+    for (statement, parameters), (queues, indexes) in zip(captured, cases):
         with repo.engine.connect() as conn:
-            compiled = stmt.compile(conn, compile_kwargs={"render_postcompile": True})
-            plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params) if r)
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + statement, parameters))
             conn.rollback()
         assert any(index in plan for index in indexes), plan
         assert "Seq Scan on tether_jobs" not in plan, plan
-    assert len(repo.lease(queues=["a"], worker_id="w", now=now, lease_timeout=60, limit=50)) == 34
+    assert len(repo.lease(queues=["a"], worker_id="w", now=now, lease_timeout=60, limit=50)) == 34 - 2  # two of queue a went to the plan probes
 
 
 # -- connection loss ------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, cast, create_engine, func, literal, select, text, update
+from sqlalchemy import Integer, Text, bindparam, cast, create_engine, func, literal, select, text, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
@@ -205,36 +205,39 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         name = self.table.name
         return f'"{self.schema}".{name}' if self.schema else name
 
-    def _lease_statement(
-        self, secret: str, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
-    ) -> Any:
-        t = self.table
-        chosen = (
-            select(t.c.id)
-            .where(*self._due_filter(now, queues))
-            .order_by(*self._lease_order())
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-            .subquery("chosen")
-        )
-        token = func.md5(literal(secret, Text()) + cast(t.c.id, Text()))
-        return (
-            update(t)
-            .where(t.c.id == chosen.c.id)
-            .values(**self._lease_values(worker_id, now, lease_timeout, token))
-            .returning(*t.c)
-        )
+    def _lease_template(self, shape: str) -> Any:
+        """The cached lease statement for a queue filter of ``shape`` (all, one, many); parameters
+        from :meth:`_lease_params` plus ``p_secret``."""
+        stmt = self._statements.get(("lease", shape))
+        if stmt is None:
+            t = self.table
+            chosen = (
+                select(t.c.id)
+                .where(*self._due_filter_params(shape))
+                .order_by(*self._lease_order())
+                .limit(bindparam("p_limit", type_=Integer()))
+                .with_for_update(skip_locked=True)
+                .subquery("chosen")
+            )
+            token = func.md5(bindparam("p_secret", type_=Text()) + cast(t.c.id, Text()))
+            stmt = (
+                update(t)
+                .where(t.c.id == chosen.c.id)
+                .values(**self._lease_values_params(token))
+                .returning(*t.c)
+            )
+            self._statements[("lease", shape)] = stmt
+        return stmt
 
     def _lease_write(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
     ) -> list[Row[Any]]:
         for attempt in range(self.retry_attempts):
-            secret = secrets.token_hex(16)
-            stmt = self._lease_statement(
-                secret, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit
-            )
+            params = {"p_secret": secrets.token_hex(16), **self._lease_params(queues, worker_id, now, lease_timeout, limit)}
+            secret = params["p_secret"]
+            stmt = self._lease_template(self._queue_shape(queues))
             try:
-                return self._write_once("lease jobs", lambda c: list(c.execute(stmt)), single=True)  # noqa: B023
+                return self._write_once("lease jobs", lambda c: list(c.execute(stmt, params)), single=True)  # noqa: B023
             except _UnknownOutcome:
                 recovered = self._read(
                     "check an interrupted lease",

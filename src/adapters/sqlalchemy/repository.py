@@ -42,6 +42,7 @@ from sqlalchemy import (
     insert,
     inspect,
     literal_column,
+    null,
     select,
     update,
 )
@@ -124,6 +125,7 @@ class SqlAlchemyJobRepository(JobRepository):
         self.metadata = MetaData(schema=schema)
         self.table: Table = build_jobs_table(self.metadata)
         self._serial: AbstractContextManager[Any] | None = None  # set for single-connection engines
+        self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._closed = False
 
     # -- description ---------------------------------------------------------------------------
@@ -516,6 +518,54 @@ class SqlAlchemyJobRepository(JobRepository):
         return self._read("read due jobs", lambda c: [row_to_job(r) for r in c.execute(stmt)])
 
     # -- leases ----------------------------------------------------------------------------------
+    @staticmethod
+    def _queue_shape(queues: Sequence[str] | None) -> str:
+        return "all" if queues is None else ("one" if len(queues) == 1 else "many")
+
+    def _lease_params(
+        self, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> dict[str, Any]:
+        """Parameters of the statements from :meth:`_due_filter_params` and :meth:`_lease_values_params`."""
+        params: dict[str, Any] = {
+            "p_now": now,
+            "p_expires": now + timedelta(seconds=lease_timeout),
+            "p_worker": worker_id,
+            "p_limit": limit,
+        }
+        if queues is not None:
+            names = [validate_queue(q, "queues") for q in queues]
+            if len(names) == 1:
+                params["p_queue"] = names[0]
+            else:
+                params["p_queues"] = names
+        return params
+
+    def _due_filter_params(self, shape: str) -> list[ColumnElement[bool]]:
+        """The due-job predicate with bound parameters ``p_now`` and ``p_queue``/``p_queues``."""
+        t = self.table
+        conditions = [
+            status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING),
+            t.c.scheduled_at <= bindparam("p_now", type_=t.c.scheduled_at.type),
+            t.c.attempts < t.c.max_attempts,
+        ]
+        if shape == "one":
+            conditions.append(t.c.queue == bindparam("p_queue", type_=t.c.queue.type))
+        elif shape == "many":
+            conditions.append(t.c.queue.in_(bindparam("p_queues", expanding=True, type_=t.c.queue.type)))
+        return conditions
+
+    def _lease_values_params(self, token: Any) -> dict[str, Any]:
+        """SET clause of a lease with bound parameters ``p_worker``, ``p_now``, ``p_expires``."""
+        t = self.table
+        return {
+            "status": JobStatus.RUNNING.value,
+            "attempts": t.c.attempts + 1,
+            "lease_token": token,
+            "leased_by": bindparam("p_worker", type_=t.c.leased_by.type),
+            "leased_at": bindparam("p_now", type_=t.c.leased_at.type),
+            "lease_expires_at": bindparam("p_expires", type_=t.c.lease_expires_at.type),
+        }
+
     def _lease_values(self, worker_id: str, now: datetime, lease_timeout: float, token: Any) -> dict[str, Any]:
         t = self.table
         return {
@@ -586,31 +636,77 @@ class SqlAlchemyJobRepository(JobRepository):
         raise StorageUnavailable(f"{self.safe_url}: could not lease job {job_id}: the connection kept failing")
 
     # -- fenced writes ---------------------------------------------------------------------------
+    def _fenced_statement(self, kind: str) -> Any:
+        """The cached ``UPDATE ... WHERE id = :p_id AND status = 'running' AND lease_token = :p_token
+        RETURNING *`` of a fenced write of ``kind`` (complete, retry, dead, heartbeat, release)."""
+        stmt = self._statements.get(("fenced", kind))
+        if stmt is not None:
+            return stmt
+        t = self.table
+        now = bindparam("p_now", type_=t.c.finished_at.type)
+        error = bindparam("p_error", type_=t.c.last_error.type)
+        retry = t.c.attempts < t.c.max_attempts
+        if kind == "complete":
+            values = {"status": JobStatus.COMPLETED.value, "finished_at": now, **self._no_lease}
+        elif kind == "retry":  # retrying at p_retry_at while attempts are left, else dead (decided on the row)
+            values = {
+                "status": case((retry, JobStatus.RETRYING.value), else_=JobStatus.DEAD.value),
+                "scheduled_at": case(
+                    (retry, bindparam("p_retry_at", type_=t.c.scheduled_at.type)), else_=t.c.scheduled_at
+                ),
+                "finished_at": case((retry, null()), else_=now),
+                "last_error": error,
+                **self._no_lease,
+            }
+        elif kind == "dead":
+            values = {"status": JobStatus.DEAD.value, "finished_at": now, "last_error": error, **self._no_lease}
+        elif kind == "heartbeat":  # never shortens the lease
+            expires = bindparam("p_expires", type_=t.c.lease_expires_at.type)
+            values = {"lease_expires_at": case((t.c.lease_expires_at > expires, t.c.lease_expires_at), else_=expires)}
+        elif kind == "release":  # the attempt is given back
+            values = {
+                "status": JobStatus.QUEUED.value,
+                "attempts": case((t.c.attempts > 0, t.c.attempts - 1), else_=0),
+                "scheduled_at": now,
+                "last_error": transitions.RELEASED_ERROR,
+                **self._no_lease,
+            }
+        else:  # pragma: no cover - programming error
+            raise ValueError(kind)
+        stmt = (
+            update(t)
+            .where(
+                t.c.id == bindparam("p_id", type_=t.c.id.type),
+                status_is(t.c.status, JobStatus.RUNNING),
+                t.c.lease_token == bindparam("p_token", type_=t.c.lease_token.type),
+            )
+            .values(**values)
+            .returning(*t.c)
+        )
+        self._statements[("fenced", kind)] = stmt
+        return stmt
+
     def _fenced(
         self,
+        kind: str,
         job_id: int,
         token: str,
-        values: dict[str, Any],
+        params: dict[str, Any],
         doing: str,
         landed: Callable[[Row[Any]], bool],
     ) -> Job:
-        """``UPDATE ... WHERE id AND status='running' AND lease_token`` with ``values``.
+        """Run the fenced write of ``kind`` (see :meth:`_fenced_statement`) with ``params``.
 
         Raises LeaseLost when no row matched.  When the connection is lost and the commit's outcome
         is unknown, the row is read back: still running under ``token`` means the write did not
         land and it is sent again; a row for which ``landed(row)`` holds means it did; anything
         else means someone else moved the job, so LeaseLost.
         """
-        t = self.table
-        stmt = (
-            update(t)
-            .where(t.c.id == job_id, status_is(t.c.status, JobStatus.RUNNING), t.c.lease_token == token)
-            .values(**values)
-            .returning(*t.c)
-        )
+        stmt = self._fenced_statement(kind)
+        params = {"p_id": job_id, "p_token": token, **params}
         for _ in range(self.retry_attempts):
             try:
-                row = self._write_once(doing, lambda c: c.execute(stmt).first(), single=True)
+                row = self._write_once(doing, lambda c: c.execute(stmt, params).first(), single=True)
             except _UnknownOutcome:
                 row = self._read("check a write whose commit was interrupted", lambda c: self._get_row(c, job_id))
                 if row is None:
@@ -630,23 +726,17 @@ class SqlAlchemyJobRepository(JobRepository):
     def complete(self, job_id: int, token: str, *, now: datetime) -> Job:
         """Fenced: ``completed`` at ``now``.  Raises LeaseLost, StorageUnavailable."""
         now = ensure_utc(now, "now")
-        values = {"status": JobStatus.COMPLETED.value, "finished_at": now, **self._no_lease}
         return self._fenced(
-            job_id, token, values, "complete a job",
+            "complete", job_id, token, {"p_now": now}, "complete a job",
             lambda r: r.status == JobStatus.COMPLETED.value and r.finished_at == now,
         )
 
     def _complete_rows(self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime) -> list[Row[Any]]:
         """Fenced completion of each (id, token) in ``items`` in this transaction; the rows written."""
-        t = self.table
+        stmt = self._fenced_statement("complete")
         written: list[Row[Any]] = []
         for job_id, token in items:
-            row = conn.execute(
-                update(t)
-                .where(t.c.id == job_id, status_is(t.c.status, JobStatus.RUNNING), t.c.lease_token == token)
-                .values(status=JobStatus.COMPLETED.value, finished_at=now, **self._no_lease)
-                .returning(*t.c)
-            ).first()
+            row = conn.execute(stmt, {"p_id": job_id, "p_token": token, "p_now": now}).first()
             if row is not None:
                 written.append(row)
         return written
@@ -705,18 +795,8 @@ class SqlAlchemyJobRepository(JobRepository):
         if retry_at is None:
             return self._dead(job_id, token, now, error, "fail a job")
         retry_at = ensure_utc(retry_at, "retry_at")
-        t = self.table
-        retry = t.c.attempts < t.c.max_attempts
-        # the CASE branches carry the column's type, so the times bind through UtcDateTime
-        values = {
-            "status": case((retry, JobStatus.RETRYING.value), else_=JobStatus.DEAD.value),
-            "scheduled_at": case((retry, _typed(t.c.scheduled_at, retry_at)), else_=t.c.scheduled_at),
-            "finished_at": case((retry, _typed(t.c.finished_at, None)), else_=_typed(t.c.finished_at, now)),
-            "last_error": error,
-            **self._no_lease,
-        }
         return self._fenced(
-            job_id, token, values, "record a failure",
+            "retry", job_id, token, {"p_now": now, "p_error": error, "p_retry_at": retry_at}, "record a failure",
             lambda r: r.last_error == error
             and (
                 (r.status == JobStatus.RETRYING.value and r.scheduled_at == retry_at)
@@ -725,9 +805,8 @@ class SqlAlchemyJobRepository(JobRepository):
         )
 
     def _dead(self, job_id: int, token: str, now: datetime, error: str, doing: str) -> Job:
-        values = {"status": JobStatus.DEAD.value, "finished_at": now, "last_error": error, **self._no_lease}
         return self._fenced(
-            job_id, token, values, doing,
+            "dead", job_id, token, {"p_now": now, "p_error": error}, doing,
             lambda r: r.status == JobStatus.DEAD.value and r.finished_at == now and r.last_error == error,
         )
 
@@ -739,26 +818,15 @@ class SqlAlchemyJobRepository(JobRepository):
         """Fenced: extend the lease to ``now + lease_timeout`` s (never shortens it).  Raises LeaseLost."""
         now = ensure_utc(now, "now")
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
-        t = self.table
         expires = now + timedelta(seconds=lease_timeout)
-        new_expiry = _typed(t.c.lease_expires_at, expires)
-        values = {"lease_expires_at": case((t.c.lease_expires_at > new_expiry, t.c.lease_expires_at), else_=new_expiry)}
         # A heartbeat whose outcome is unknown is re-sent while the lease still holds (repeatable).
-        return self._fenced(job_id, token, values, "extend a lease", lambda r: False)
+        return self._fenced("heartbeat", job_id, token, {"p_expires": expires}, "extend a lease", lambda r: False)
 
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
         """Fenced: back to ``queued`` due ``now``, the attempt given back.  Raises LeaseLost."""
         now = ensure_utc(now, "now")
-        t = self.table
-        values = {
-            "status": JobStatus.QUEUED.value,
-            "attempts": case((t.c.attempts > 0, t.c.attempts - 1), else_=0),
-            "scheduled_at": now,
-            "last_error": transitions.RELEASED_ERROR,
-            **self._no_lease,
-        }
         return self._fenced(
-            job_id, token, values, "release a job",
+            "release", job_id, token, {"p_now": now}, "release a job",
             lambda r: r.status == JobStatus.QUEUED.value and r.scheduled_at == now
             and r.last_error == transitions.RELEASED_ERROR,
         )
@@ -856,11 +924,6 @@ class SqlAlchemyJobRepository(JobRepository):
         """Dispose of the connection pool; the repository is unusable afterwards."""
         self._closed = True
         self.engine.dispose()
-
-
-def _typed(column: Any, value: Any) -> Any:
-    """A bound parameter for ``value`` with ``column``'s type (used inside CASE expressions)."""
-    return bindparam(None, value, type_=column.type)
 
 
 __all__ = ["SqlAlchemyJobRepository", "status_is"]

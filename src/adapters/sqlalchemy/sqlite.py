@@ -26,7 +26,7 @@ import os
 import threading
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, update
+from sqlalchemy import Integer, bindparam, create_engine, event, func, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from sqlalchemy.pool import StaticPool
@@ -172,22 +172,26 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
     def _lease_rows(
         self, conn: Connection, *, queues: Any, worker_id: str, now: Any, lease_timeout: float, limit: int
     ) -> list[Row[Any]]:
-        t = self.table
-        chosen = (
-            t.select()
-            .with_only_columns(t.c.id)
-            .where(*self._due_filter(now, queues))
-            .order_by(*self._lease_order())
-            .limit(limit)
-            .scalar_subquery()
-        )
-        stmt = (
-            update(t)
-            .where(t.c.id.in_(chosen))
-            .values(**self._lease_values(worker_id, now, lease_timeout, func.tether_lease_token()))
-            .returning(*t.c)
-        )
-        return list(conn.execute(stmt))
+        shape = self._queue_shape(queues)
+        stmt = self._statements.get(("lease", shape))
+        if stmt is None:
+            t = self.table
+            chosen = (
+                t.select()
+                .with_only_columns(t.c.id)
+                .where(*self._due_filter_params(shape))
+                .order_by(*self._lease_order())
+                .limit(bindparam("p_limit", type_=Integer()))
+                .scalar_subquery()
+            )
+            stmt = (
+                update(t)
+                .where(t.c.id.in_(chosen))
+                .values(**self._lease_values_params(func.tether_lease_token()))
+                .returning(*t.c)
+            )
+            self._statements[("lease", shape)] = stmt
+        return list(conn.execute(stmt, self._lease_params(queues, worker_id, now, lease_timeout, limit)))
 
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT", "SqliteJobRepository", "create_sqlite_engine", "is_memory_url"]
