@@ -712,6 +712,7 @@ class RedisStreamsDispatcher(Dispatcher):
 
     # -- maintenance -----------------------------------------------------------------------------
     def _maybe_sweep(self) -> None:
+        """From acquire: at most once per ``sweep_interval`` per process, try :meth:`maintain`."""
         now_m = time.monotonic()
         with self._lock:
             if now_m < self._next_sweep or self._closed:
@@ -720,18 +721,18 @@ class RedisStreamsDispatcher(Dispatcher):
         if self._is_down():
             return
         try:
-            got = self._client.set(self._keys.sweep_lock, self._consumer, nx=True, px=max(1, int(self._sweep_interval * 1000)))
-            if got:
-                self.maintain(self._clock.now())
-        except redis.RedisError as exc:
-            self._record_failure(exc)
+            self.maintain(self._clock.now())
         except StorageUnavailable as exc:
             self._log_error(logging.WARNING, "sweep skipped: the repository is unavailable (%s)", exc)
 
     def maintain(self, now: datetime) -> None:
-        """Claim and acknowledge entries idle longer than ``claim_idle`` (dead consumers, trimmed
-        messages), then re-publish due queued/retrying jobs (at most once per ``sweep_interval``
-        per job).  Redis errors are logged and swallowed.
+        """Periodic upkeep; cheap to call often (the worker pool calls it about once a second).
+
+        Always: sends deferred acknowledgements and publishes this process's due timers.  Then, if
+        no process of the application swept in the last ``sweep_interval`` seconds (a
+        ``SET {prefix}:sweep-lock NX PX`` lock decides), runs :meth:`sweep`.  ``acquire`` also
+        calls this every ``sweep_interval``, so workers sweep even without a maintenance loop.
+        Redis errors are logged and swallowed.
 
         Raises:
             StorageUnavailable: the repository could not be read.
@@ -741,12 +742,36 @@ class RedisStreamsDispatcher(Dispatcher):
         try:
             self._flush_acks()
             self._publish_timers()
-            queues = self._known_queues(refresh=True)
-            self._reclaim(queues)
-            self._sweep(queues, now)
+            px = max(1, int(self._sweep_interval * 1000))
+            if self._client.set(self._keys.sweep_lock, self._consumer, nx=True, px=px):
+                self._sweep_pass(now)
             self._record_success()
         except redis.RedisError as exc:
             self._record_failure(exc)
+
+    def sweep(self, now: datetime) -> None:
+        """Run one reclaim-and-sweep pass now, whatever the cadence (tests, operators): claim and
+        acknowledge entries idle longer than ``claim_idle`` (dead consumers, trimmed messages),
+        then re-publish due queued/retrying jobs, each at most once per ``sweep_interval``.
+        Redis errors are logged and swallowed.
+
+        Raises:
+            StorageUnavailable: the repository could not be read.
+        """
+        if self._closed:
+            return
+        try:
+            self._flush_acks()
+            self._publish_timers()
+            self._sweep_pass(now)
+            self._record_success()
+        except redis.RedisError as exc:
+            self._record_failure(exc)
+
+    def _sweep_pass(self, now: datetime) -> None:
+        queues = self._known_queues(refresh=True)
+        self._reclaim(queues)
+        self._sweep(queues, now)
 
     def _reclaim(self, queues: Iterable[str]) -> int:
         """XAUTOCLAIM stale entries of every known stream and XACK them; returns how many."""

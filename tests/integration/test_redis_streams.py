@@ -120,7 +120,7 @@ def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(r, 
 
     # the stream's idle time is no lease: while c1's lease is valid nobody else gets job 5
     time.sleep(CLAIM_IDLE + 0.1)
-    c2.maintain(clock.now())
+    c2.sweep(clock.now())
     assert c2.acquire(queues=["default"], worker_id="c2", limit=1, lease_timeout=LEASE, max_wait=0.3) == []
     assert pending(r, c2) == 0  # c1's stale entry was claimed and acknowledged
     assert repo.get(5).lease_token == held.lease_token
@@ -130,7 +130,7 @@ def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(r, 
     [reaped] = repo.reap(now=clock.now())
     assert (reaped.id, reaped.status, reaped.attempts) == (5, JobStatus.RETRYING, 1)
     time.sleep(0.25)  # past the once-per-interval sweep marker of job 5
-    c2.maintain(clock.now())
+    c2.sweep(clock.now())
     [job] = collect(c2, clock, 1, worker="c2", limit=1)
     assert (job.id, job.attempts, job.leased_by) == (5, 2, "c2")
     done = repo.complete(5, job.lease_token, now=clock.now())
@@ -153,9 +153,9 @@ def test_c07_trimmed_or_deleted_entry_is_acked_without_crashing(r, repo, clock, 
     r.xtrim(stream, maxlen=0)  # and the rest trimmed away
     assert r.xlen(stream) == 0
     time.sleep(CLAIM_IDLE + 0.1)
-    d.maintain(clock.now())  # XAUTOCLAIM reports them deleted; they are acknowledged
+    d.sweep(clock.now())  # XAUTOCLAIM reports them deleted; they are acknowledged
     assert pending(r, d) == 0
-    # the jobs were never leased: the sweep (same maintain) re-published them, and they all run
+    # the jobs were never leased: the sweep (same pass) re-published them, and they all run
     got = collect(d, clock, 3, worker="c2")
     assert sorted(j.id for j in got) == [j.id for j in jobs]
     d.maintain(clock.now())
@@ -211,7 +211,7 @@ def test_c09c_publish_fails_after_commit_and_the_job_still_runs_once(repo, clock
     assert [j.id for j in got] == [job.id]
     repo.complete(job.id, got[0].lease_token, now=clock.now())
     time.sleep(0.3)
-    worker.maintain(clock.now())
+    worker.sweep(clock.now())
     assert worker.acquire(queues=["default"], worker_id="w", limit=5, lease_timeout=LEASE, max_wait=0.3) == []
     assert repo.get(job.id).attempts == 1
     assert any("127.0.0.1:1" in rec.getMessage() for rec in caplog.records)
@@ -236,6 +236,33 @@ def test_a_future_job_notified_here_is_published_when_due_without_a_sweep(r, rep
     got = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=2.0)
     assert [j.id for j in got] == [job.id]
     assert r.xlen(d.keys.stream("default")) == 1
+
+
+def test_sweep_publishes_a_job_at_most_once_per_interval_however_many_workers_sweep(r, repo, clock, make):
+    sweepers = [make(consumer=f"s{i}", sweep_interval=1.0) for i in range(3)]
+    job = enqueue(repo, clock)  # its notification was lost; nobody leases it during the test
+    stream = sweepers[0].keys.stream("default")
+    group = sweepers[0].group
+    r.xgroup_create(stream, group, id="0", mkstream=True)
+
+    def read_all() -> list[str]:  # a consumer that keeps the group caught up (reads, never acks)
+        reply = r.xreadgroup(group, "reader", {stream: ">"}, count=100)
+        return [f["id"] for _, entries in reply or [] for _, f in entries]
+
+    published: list[str] = []
+    for _ in range(3):
+        for d in sweepers:
+            d.sweep(clock.now())  # forced passes: only the per-job marker holds them back
+            published += read_all()
+        for d in sweepers:
+            d.maintain(clock.now())
+            published += read_all()
+    assert published == [str(job.id)]
+    time.sleep(1.1)  # one interval later, a job still not taken is published once more
+    for d in sweepers:
+        d.sweep(clock.now())
+        published += read_all()
+    assert published == [str(job.id), str(job.id)]
 
 
 # -- bounded streams ---------------------------------------------------------------------------
