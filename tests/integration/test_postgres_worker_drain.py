@@ -50,13 +50,12 @@ CHILD = textwrap.dedent(
                 {"j": ctx.job.id, "t": ctx.job.lease_token, "w": name},
             )
 
-    stats = app.worker(concurrency=%d, lease_timeout=300, reap_interval=5, worker_id=name).run(
+    stats = app.worker(concurrency=THREADS, lease_timeout=300, reap_interval=5, worker_id=name).run(
         stop_when_idle=True, install_signal_handlers=False)
     app.close()
     print(stats)
     """
-    % THREADS
-)
+).replace("THREADS", str(THREADS))
 
 
 @pytest.fixture
