@@ -1,0 +1,1 @@
+"""An example application that uses Tether: placing an order queues a confirmation e-mail."""

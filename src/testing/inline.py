@@ -1,0 +1,306 @@
+"""Run every due job inline, in the test's own thread: :func:`drain` and its :class:`DrainReport`.
+
+Each job goes through :func:`tether.entrypoints.execution.execute_job`, the very step the worker
+pool runs for each lease: the registered handler is called with the payload (and a
+:class:`~tether.entrypoints.context.JobContext` if it takes one), and its outcome is written under
+the lease's fencing token: ``completed``; ``retrying`` after the retry policy's backoff;
+``dead`` for a :class:`~tether.domain.errors.PermanentError`, for used-up attempts or for a job
+type with no handler.  ``on_failure`` hooks run as in a worker.
+
+With ``advance_clock=True`` (the default) and nothing due, the app's
+:class:`~tether.adapters.clock.FakeClock` jumps to the earliest ``scheduled_at`` of the queued and
+retrying jobs and the drain goes on, so a job that fails twice and then succeeds is run three
+times by one ``drain(app)`` call, each attempt at its exact retry time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+from tether.adapters.clock import FakeClock
+from tether.domain.errors import LeaseLost, TetherError, ValidationError
+from tether.domain.job import Job, JobStatus
+from tether.domain.timeutil import ensure_utc
+from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
+from tether.entrypoints.context import JobContext
+from tether.entrypoints.execution import Execution, Outcome, execute_job
+from tether.entrypoints.service import Tether
+
+#: Worker id of the leases a drain takes.
+DRAIN_WORKER_ID = "tether-testing-drain"
+_PAGE = 1_000
+
+
+@attrs.frozen
+class JobRun:
+    """One attempt that :func:`drain` ran.
+
+    Attributes:
+        job_id, job_type, queue: the job's.
+        payload: the decoded payload the handler received.
+        attempt: which attempt this was, counted from 1.
+        outcome: ``"completed"``, ``"retrying"``, ``"dead"`` or ``"not_recorded"`` (the handler
+            lost its lease, e.g. after its own ``ctx.heartbeat()`` was refused); an
+            :class:`~tether.entrypoints.execution.Outcome`, which compares equal to those strings.
+        error: the failure text stored as ``last_error`` (None when it completed).
+        ran_at: the fake clock's time when the attempt was leased (aware UTC).
+        retry_at: when a ``retrying`` job runs next (aware UTC), else None.
+        job: the job as written after the attempt.
+        exception: what the handler raised, or None.
+    """
+
+    job_id: int
+    job_type: str
+    queue: str
+    payload: Any
+    attempt: int
+    outcome: Outcome
+    error: str | None
+    ran_at: datetime
+    retry_at: datetime | None
+    job: Job = attrs.field(repr=False)
+    exception: BaseException | None = attrs.field(default=None, eq=False, repr=False)
+
+    def describe(self) -> str:
+        """One line: ``#id type attempt N -> outcome (error)``."""
+        text = f"#{self.job_id} {self.job_type} attempt {self.attempt} at {self.ran_at.isoformat()} -> {self.outcome.value}"
+        if self.retry_at is not None:
+            text += f" (next at {self.retry_at.isoformat()})"
+        if self.error:
+            first = self.error.splitlines()[0] if self.error.strip() else self.error
+            text += f": {first[:200]}"
+        return text
+
+
+@attrs.frozen
+class DrainReport:
+    """What one :func:`drain` call ran, in order.
+
+    Attributes:
+        runs: every attempt, in the order they ran.
+        clock_moves: the instants the fake clock was moved to, in order (empty when it stayed).
+        pending: queued or retrying jobs left when the drain stopped (not due yet with
+            ``advance_clock=False``, or scheduled after ``until``), by ascending id.
+    """
+
+    runs: tuple[JobRun, ...]
+    clock_moves: tuple[datetime, ...] = ()
+    pending: tuple[Job, ...] = ()
+
+    def _with(self, outcome: Outcome) -> list[JobRun]:
+        return [run for run in self.runs if run.outcome is outcome]
+
+    @property
+    def completed(self) -> list[JobRun]:
+        """Attempts that completed their job."""
+        return self._with(Outcome.COMPLETED)
+
+    @property
+    def retrying(self) -> list[JobRun]:
+        """Attempts that failed and left the job ``retrying``."""
+        return self._with(Outcome.RETRYING)
+
+    @property
+    def dead(self) -> list[JobRun]:
+        """Attempts that sent their job to ``dead`` (permanent error, attempts used up, unknown type)."""
+        return self._with(Outcome.DEAD)
+
+    @property
+    def failed(self) -> list[JobRun]:
+        """Attempts that raised (``retrying`` and ``dead`` runs; unknown types included)."""
+        return [run for run in self.runs if run.outcome in (Outcome.RETRYING, Outcome.DEAD)]
+
+    @property
+    def job_types(self) -> list[str]:
+        """The job type of every attempt, in order."""
+        return [run.job_type for run in self.runs]
+
+    def of_type(self, job_type: str) -> list[JobRun]:
+        """Attempts of jobs of this type, in order."""
+        return [run for run in self.runs if run.job_type == job_type]
+
+    def for_job(self, job_id: int) -> list[JobRun]:
+        """Attempts of this job, in order."""
+        return [run for run in self.runs if run.job_id == job_id]
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __iter__(self) -> Iterator[JobRun]:
+        return iter(self.runs)
+
+    def __str__(self) -> str:
+        counts = f"{len(self.completed)} completed, {len(self.retrying)} retrying, {len(self.dead)} dead"
+        lines = [f"drain ran {len(self.runs)} attempt(s): {counts}"]
+        lines.extend("  " + run.describe() for run in self.runs)
+        if self.pending:
+            lines.append(f"  left pending: {', '.join(f'#{j.id} {j.job_type} at {j.scheduled_at.isoformat()}' for j in self.pending[:20])}")
+        return "\n".join(lines)
+
+
+class DrainLimitExceeded(TetherError):
+    """:func:`drain` ran ``max_jobs`` attempts and work was still due: probably a handler that
+    enqueues forever.  ``report`` holds what ran."""
+
+    def __init__(self, report: DrainReport, max_jobs: int) -> None:
+        self.report = report
+        last = "\n".join(run.describe() for run in report.runs[-5:])
+        super().__init__(f"drain stopped after max_jobs={max_jobs} attempts with work still due; last runs:\n{last}")
+
+
+class _InlineWriter:
+    """Writes at once; a refused fence means nothing is recorded; any other error propagates."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self._ctx = ctx
+
+    def begin_finish(self) -> bool:
+        return not self._ctx.lease_lost
+
+    def write(self, what: str, write: Callable[[], Job]) -> Job | None:
+        try:
+            return write()
+        except LeaseLost:
+            return None
+
+
+def _no_jitter() -> float:
+    return 0.0
+
+
+def _waiting(app: Tether, queues: Sequence[str] | None) -> list[Job]:
+    """Queued and retrying jobs (of these queues), by ascending id."""
+    found: list[Job] = []
+    for status in (JobStatus.QUEUED, JobStatus.RETRYING):
+        for queue in queues if queues is not None else [None]:
+            offset = 0
+            while True:
+                page = app.repository.list_jobs(status=status, queue=queue, limit=_PAGE, offset=offset)
+                found.extend(page)
+                if len(page) < _PAGE:
+                    break
+                offset += _PAGE
+    return sorted(found, key=lambda job: job.id)
+
+
+def drain(
+    app: Tether,
+    *,
+    advance_clock: bool = True,
+    max_jobs: int = 10_000,
+    queues: Sequence[str] | None = None,
+    until: datetime | timedelta | None = None,
+    lease_timeout: float = 900.0,
+    jitter: Callable[[], float] = _no_jitter,
+) -> DrainReport:
+    """Run every due job of ``app`` inline, one at a time in lease order, until none is left.
+
+    Jobs are leased straight from ``app.repository`` (priority DESC, scheduled_at ASC, id ASC),
+    whatever the dispatcher, so jobs a handler enqueues are run by the same call once due.
+
+    Args:
+        app: the app (normally :func:`tether.testing.fake_app`'s) whose handlers run the jobs.
+        advance_clock: when nothing is due, move ``app.clock`` (a FakeClock) to the earliest
+            ``scheduled_at`` of the waiting jobs and go on (retries, ``delay=`` jobs); when False,
+            stop instead.
+        max_jobs: most attempts to run (1-10,000,000).
+        queues: only these queues (None: all).
+        until: never move the clock past this instant (an aware datetime, or a timedelta after
+            the clock's time at the call); jobs scheduled later are left pending.
+        lease_timeout: seconds each lease lasts (a handler that advances the fake clock past it
+            loses its lease, as a real worker would).
+        jitter: the ``r`` in [0, 1) of the retry jitter rule (:mod:`tether.domain.retry`) for each
+            failure.  The default, always 0, makes retry times exactly the policy's backoff;
+            pass ``random.random`` for the production spread.
+
+    Returns:
+        a :class:`DrainReport` of every attempt.
+
+    Raises:
+        ValidationError: a bad argument, or ``advance_clock`` on an app whose clock is not a
+            FakeClock (pass ``advance_clock=False`` there).
+        DrainLimitExceeded: ``max_jobs`` attempts ran and work is still due.
+        Errors of the repository propagate (a handler's own errors are outcomes, never raised).
+    """
+    if not isinstance(app, Tether):
+        raise ValidationError("app", f"must be a tether.Tether, got {type(app).__name__}")
+    max_jobs = validate_int(max_jobs, "max_jobs", 1, 10_000_000)
+    lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+    if queues is not None:
+        if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
+            raise ValidationError("queues", f"must be a non-empty list of queue names or None, got {queues!r}")
+        queues = [validate_queue(q, f"queues[{i}]") for i, q in enumerate(queues)]
+    clock = app.clock
+    if advance_clock and not isinstance(clock, FakeClock):
+        raise ValidationError(
+            "advance_clock", f"needs the app's clock to be a FakeClock, got {type(clock).__name__}; pass advance_clock=False"
+        )
+    if isinstance(until, timedelta):
+        horizon: datetime | None = clock.now() + until
+    elif until is not None:
+        horizon = ensure_utc(until, "until")
+    else:
+        horizon = None
+    if not callable(jitter):
+        raise ValidationError("jitter", f"must be a callable returning a float in [0, 1), got {type(jitter).__name__}")
+    worker_id = validate_worker_id(DRAIN_WORKER_ID)
+
+    runs: list[JobRun] = []
+    moves: list[datetime] = []
+
+    def report(pending: Sequence[Job] = ()) -> DrainReport:
+        return DrainReport(tuple(runs), tuple(moves), tuple(pending))
+
+    while True:
+        now = clock.now()
+        if len(runs) >= max_jobs:
+            if app.repository.due_jobs(now=now, queues=queues, limit=1):
+                raise DrainLimitExceeded(report(), max_jobs)
+            waiting = _waiting(app, queues)
+            if advance_clock and any(horizon is None or job.scheduled_at <= horizon for job in waiting):
+                raise DrainLimitExceeded(report(waiting), max_jobs)
+            return report(waiting)
+        leased = app.repository.lease(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=1)
+        if leased:
+            runs.append(_run(app, leased[0], worker_id=worker_id, lease_timeout=lease_timeout, jitter=jitter))
+            continue
+        waiting = _waiting(app, queues)
+        if not advance_clock or not waiting:
+            return report(waiting)
+        earliest = min(job.scheduled_at for job in waiting)
+        if earliest <= now or (horizon is not None and earliest > horizon):
+            # due yet not leasable would be a repository bug; stop rather than spin
+            return report(waiting)
+        assert isinstance(clock, FakeClock)
+        clock.set(earliest)
+        moves.append(earliest)
+
+
+def _run(app: Tether, job: Job, *, worker_id: str, lease_timeout: float, jitter: Callable[[], float]) -> JobRun:
+    ctx = JobContext(job, repository=app.repository, clock=app.clock, lease_timeout=lease_timeout, worker_id=worker_id)
+    ran_at = app.clock.now()
+    result: Execution = execute_job(
+        job, ctx, handlers=app.handlers, repository=app.repository, clock=app.clock,
+        retry_policy=app.retry_policy, writer=_InlineWriter(ctx), worker_id=worker_id, rand=jitter,
+    )
+    written = result.job
+    recorded = result.outcome is not Outcome.NOT_RECORDED
+    return JobRun(
+        job_id=job.id,
+        job_type=job.job_type,
+        queue=job.queue,
+        payload=job.payload,
+        attempt=job.attempts,
+        outcome=result.outcome,
+        error=(written.last_error if recorded and result.outcome is not Outcome.COMPLETED else result.error),
+        ran_at=ran_at,
+        retry_at=written.scheduled_at if result.outcome is Outcome.RETRYING else None,
+        job=written,
+        exception=result.exception,
+    )
+
+
+__all__ = ["DRAIN_WORKER_ID", "DrainLimitExceeded", "DrainReport", "JobRun", "drain"]
