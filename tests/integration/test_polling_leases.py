@@ -155,3 +155,27 @@ def test_bad_intervals_are_rejected_naming_the_field(kwargs: dict, field: str) -
     with pytest.raises(ValidationError) as info:
         PollingDispatcher(InMemoryJobRepository(), FakeClock(), **kwargs)
     assert info.value.field == field
+
+
+def test_an_enqueue_wakes_an_idle_worker_of_the_same_process_after_commit() -> None:
+    """With a 30-60 s idle poll, only the after-commit notification can start the job within the wait."""
+    from tether.entrypoints.service import Tether
+
+    repo, clock = InMemoryJobRepository(), SystemClock()
+    app = Tether(repo, PollingDispatcher(repo, clock, poll_interval=60.0, min_poll_interval=30.0), clock)
+    started = threading.Event()
+
+    @app.handler("t")
+    def t(payload: dict) -> None:
+        started.set()
+
+    pool = app.worker(concurrency=1, max_wait=60.0, reap_interval=60)
+    pool.start()
+    try:
+        time.sleep(0.3)  # the acquirer is idle in its 30 s wait
+        with app.transaction() as tx:
+            app.enqueue("t", {}, connection=tx)
+            assert not started.wait(0.3)  # not committed: not visible, nobody woken
+        assert started.wait(10)
+    finally:
+        pool.stop()
