@@ -21,12 +21,19 @@
 - **Idempotent enqueue** uses ``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING``:
   an insert of a key held by another open transaction waits for it; rollback lets ours in,
   commit makes ours return that job (case C10).  No unique-violation ever reaches a caller.
-- **Connection loss**: the pool pre-pings connections; reads, leases, reaps and keyed enqueues are
-  retried with backoff and then raised as :class:`~tether.domain.errors.StorageUnavailable`.
-  A fenced write whose commit outcome is unknown is re-verified by reading the row (still running
-  under the token: send again; the intended state: done; else LeaseLost).  An enqueue without an
-  idempotency key whose commit outcome is unknown is never re-sent: it raises StorageUnavailable
-  saying so.
+- **Round trips**: a write that is one statement (lease, complete, fail, heartbeat, release,
+  enqueue) runs as its own transaction (autocommit: no BEGIN/COMMIT round trips); bulk enqueue is
+  one ``INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO NOTHING RETURNING *``;
+  :meth:`complete_many` flushes many fenced completions in one ``UPDATE ... FROM unnest(ids,
+  tokens)``, each still a compare-and-set with its own outcome.
+- **Connection loss**: the pool pre-pings connections on checkout.  A transaction that failed
+  before its COMMIT was sent rolled back, so it is retried with backoff; reads, leases, reaps and
+  keyed enqueues are retried too; past the retries the error is
+  :class:`~tether.domain.errors.StorageUnavailable`.  When the outcome is unknown (the connection
+  died during COMMIT or during a one-statement write): a fenced write is re-verified by reading the
+  row (still running under the token: sent again; the intended state: done; else LeaseLost); a
+  lease reads back the rows leased under its secret; an enqueue without an idempotency key is
+  never re-sent and raises StorageUnavailable saying it may or may not be stored.
 - **Time**: every stored time is the ``now`` the caller passes (the injected clock); the
   server's ``now()`` is never used, so one clock rules all comparisons.
 - **Schema**: ``schema=`` names the PostgreSQL schema holding ``tether_jobs``, so several
