@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from tether.domain.errors import LeaseLost
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 
 
@@ -102,6 +103,37 @@ class JobRepository(Protocol):
     def complete(self, job_id: int, token: str, *, now: datetime) -> Job:
         """Fenced: ``completed``.  Raises LeaseLost."""
         ...
+
+    def complete_many(self, items: Sequence[tuple[int, str]], *, now: datetime) -> list[Job | LeaseLost]:
+        """Fenced completion of several running jobs, for a worker pool that flushes the
+        completions of several handler threads at once (issue 3, "fenced completion in batches").
+
+        Args:
+            items: ``(job_id, lease_token)`` pairs (usually distinct jobs).
+            now: the completion time (``finished_at``), timezone-aware UTC.
+
+        Returns:
+            one entry per item, in input order: the job as completed, or the
+            :class:`~tether.domain.errors.LeaseLost` error for an item whose token no longer
+            holds the job (returned, not raised, so every caller learns its own outcome; that job
+            is unchanged).  Each item is its own compare-and-set on (id, ``running``, token): a
+            stale token never stops the others from completing.
+
+        Raises:
+            StorageUnavailable: the store stayed unreachable; an adapter that cannot tell which
+                items landed re-checks them before answering, never reporting a completion that
+                did not happen.
+
+        This default runs :meth:`complete` once per item; SQL adapters override it with one round
+        trip for the whole batch.
+        """
+        results: list[Job | LeaseLost] = []
+        for job_id, token in items:
+            try:
+                results.append(self.complete(job_id, token, now=now))
+            except LeaseLost as lost:
+                results.append(lost)
+        return results
 
     def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
         """Fenced: ``retrying`` due at ``retry_at`` if given and attempts are left, else ``dead``.
