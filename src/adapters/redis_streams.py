@@ -11,15 +11,19 @@ The repository is the source of truth; Redis only carries "look at job N".  The 
 * **Consuming** (:meth:`~RedisStreamsDispatcher.acquire`): one consumer group (``group``) shared by
   every worker of the application; consumer names are unique per process start
   (``<hostname>-<pid>-<6 hex>``).  ``XREADGROUP GROUP <group> <consumer> COUNT <limit> BLOCK ...``
-  over the streams of the worker's queues, then for each entry a fenced lease by id
-  (``repository.lease_job``), which only succeeds for a due queued/retrying job.  Every entry is
-  acknowledged (``XACK``) whatever the outcome (leased, already taken, finished, not due, malformed),
-  with one exception: an id the repository cannot see *yet* (a reader racing the producer's commit,
-  or replica lag) is transient.  That entry stays pending under this consumer and is tried again
-  with a short backoff (10 ms doubling to 1 s) for up to ``claim_idle`` seconds, after which it is
-  acknowledged (a job that never became visible was rolled back or purged; one that did is covered
-  by the sweep).  Entries read beyond ``limit`` (``COUNT`` applies per stream) are handed back:
-  re-added to their stream and acknowledged.
+  over the streams of the worker's queues.  The ``k`` entries read from one queue's stream buy one
+  fenced batch lease of up to ``k`` due queued/retrying jobs of that queue
+  (``repository.lease``, lease order, one statement on SQL repositories); when fewer come back,
+  each entry whose own job was not among them is tried by id (``repository.lease_job``).  Every
+  entry is acknowledged whatever the outcome (leased, already taken, finished, not due,
+  malformed), with one exception: an id the repository cannot see *yet* (a reader racing the
+  producer's commit, or replica lag) is transient.  That entry stays pending under this consumer
+  and is tried again by id with a short backoff (10 ms doubling to 1 s) for up to ``claim_idle``
+  seconds, after which it is acknowledged (a job that never became visible was rolled back or
+  purged; one that did is covered by the sweep).  Entries read beyond ``limit`` (``COUNT``
+  applies per stream) are handed back: re-added to their stream and acknowledged.
+  Acknowledgements of leased entries are sent by a background thread, so the worker gets its
+  jobs without waiting for the XACK round trip.
 * **Pending entries of dead consumers** (:meth:`~RedisStreamsDispatcher.maintain`):
   ``XAUTOCLAIM ... <claim_idle> 0-0 JUSTID`` moves entries idle longer than ``claim_idle`` to this
   consumer, which acknowledges them; ids of entries whose message was trimmed or deleted
@@ -288,6 +292,8 @@ class RedisStreamsDispatcher(Dispatcher):
         self._registry_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
         self._held: list[HeldEntry] = []
         self._deferred_acks: dict[str, list[str]] = {}
+        self._ack_wanted = threading.Event()
+        self._acker: threading.Thread | None = None
         self._timers: list[tuple[datetime, int, str]] = []
         self._blocked: dict[int, BlockingSession] = {}
         self._sessions: weakref.WeakSet[BlockingSession] = weakref.WeakSet()
@@ -485,7 +491,6 @@ class RedisStreamsDispatcher(Dispatcher):
         deadline = time.monotonic() + max(0.0, float(max_wait))
         generation = self._wake_generation
         first = True
-        self._flush_acks()
         while True:
             jobs = self._retry_held(names, worker_id, limit, lease_timeout)
             if jobs:
@@ -571,7 +576,22 @@ class RedisStreamsDispatcher(Dispatcher):
     def _take(
         self, entries: list[tuple[str, str, Any]], worker_id: str, limit: int, lease_timeout: float
     ) -> list[Job]:
-        """Lease the entries' jobs by id, acknowledge, hold the unseen, hand back the extras."""
+        """Turn entries into leases, acknowledge them, hold the unseen, hand back the extras.
+
+        Per stream, the first ``k`` entries (``k`` = what is left of ``limit``) cost one fenced
+        batch lease, ``repository.lease(queues=[that queue], limit=k)``, which takes the best ``k``
+        due jobs of the queue in lease order (so priority is honoured) in one statement.  When it
+        returns ``k`` jobs, the ``k`` entries are spent.  When it returns fewer, the queue has no
+        more due jobs; each entry whose own job was not among them is then checked by id
+        (``lease_job``, which also catches a job that became visible meanwhile): an id the
+        repository cannot see yet is held for a retry, any other outcome is acknowledged.
+
+        Why an entry may lease another job of its queue: every due job that was published has an
+        entry, each entry spends at most one lease, and a lease only takes due queued/retrying jobs;
+        so a job whose entry was spent on another job is matched by that other job's entry, and
+        anything left over (a lost or trimmed entry) is the sweep's.  Batching makes Redis
+        dispatch drain as fast as polling on SQL repositories, where one lease per id would cost a
+        statement per job."""
         leased: list[Job] = []
         acks: dict[str, list[str]] = {}
         handback: list[tuple[str, str, int]] = []
@@ -579,30 +599,54 @@ class RedisStreamsDispatcher(Dispatcher):
         now = self._clock.now()
         failure: StorageUnavailable | None = None
         started = time.monotonic()
-        for index, (stream, entry_id, fields) in enumerate(entries):
+        by_stream: dict[str, list[tuple[str, int]]] = {}
+        for stream, entry_id, fields in entries:
             job_id = _job_id_of(fields)
             if job_id is None:
-                acks.setdefault(stream, []).append(entry_id)
-                continue
-            if failure is not None:
-                held.append(HeldEntry(stream, entry_id, job_id, started, started + BACKOFF_CAP))
-                continue
-            if len(leased) >= limit:
-                handback.append((stream, entry_id, job_id))
-                continue
-            try:
-                outcome = self._lease_one(job_id, worker_id, now, lease_timeout)
-            except StorageUnavailable as exc:
-                failure = exc
-                held.append(HeldEntry(stream, entry_id, job_id, started, started + BACKOFF_CAP))
-                continue
-            if isinstance(outcome, Job):
-                leased.append(outcome)
-                acks.setdefault(stream, []).append(entry_id)
-            elif outcome == "unseen":
-                held.append(HeldEntry(stream, entry_id, job_id, started, started + UNSEEN_RETRY_START))
+                acks.setdefault(stream, []).append(entry_id)  # malformed: nothing to do but ack
             else:
-                acks.setdefault(stream, []).append(entry_id)
+                by_stream.setdefault(stream, []).append((entry_id, job_id))
+        for stream, items in by_stream.items():
+            budget = limit - len(leased)
+            take, extra = items[: max(budget, 0)], items[max(budget, 0) :]
+            handback.extend((stream, entry_id, job_id) for entry_id, job_id in extra)
+            if not take:
+                continue
+            if failure is None:
+                try:
+                    jobs = self._repository.lease(
+                        queues=[self._keys.queue_of(stream)], worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=len(take)
+                    )
+                except StorageUnavailable as exc:
+                    failure = exc
+            if failure is not None:
+                held.extend(HeldEntry(stream, e, j, started, started + BACKOFF_CAP) for e, j in take)
+                continue
+            leased.extend(jobs)
+            if len(jobs) == len(take):
+                acks.setdefault(stream, []).extend(e for e, _ in take)
+                continue
+            got = {job.id for job in jobs}
+            for entry_id, job_id in take:
+                if job_id in got:
+                    acks.setdefault(stream, []).append(entry_id)
+                    continue
+                if len(leased) >= limit:
+                    handback.append((stream, entry_id, job_id))
+                    continue
+                try:
+                    outcome = self._lease_one(job_id, worker_id, now, lease_timeout)
+                except StorageUnavailable as exc:
+                    failure = exc
+                    held.append(HeldEntry(stream, entry_id, job_id, started, started + BACKOFF_CAP))
+                    continue
+                if isinstance(outcome, Job):
+                    leased.append(outcome)
+                    acks.setdefault(stream, []).append(entry_id)
+                elif outcome == "unseen":
+                    held.append(HeldEntry(stream, entry_id, job_id, started, started + UNSEEN_RETRY_START))
+                else:
+                    acks.setdefault(stream, []).append(entry_id)
         if held:
             with self._lock:
                 self._held.extend(held)
@@ -625,14 +669,18 @@ class RedisStreamsDispatcher(Dispatcher):
     def _finish(self, acks: dict[str, list[str]], handback: list[tuple[str, str, int]], *, defer: bool = False) -> None:
         """Hand back the extras (re-add, then ack) and acknowledge ``acks``.
 
-        With ``defer`` the acknowledgements wait for the next :meth:`acquire` or :meth:`maintain`
-        (:meth:`_flush_acks`), so leased jobs reach the worker one round trip sooner.  That is
-        safe: the jobs are already leased in the repository, and an entry left pending because
-        this process died is claimed and acknowledged by another one after ``claim_idle``."""
+        With ``defer`` the acknowledgements are sent by a background thread (batched with others),
+        so leased jobs reach the worker without waiting for an XACK round trip.  That is safe: the
+        jobs are already leased in the repository, and an entry left pending because this process
+        died is claimed and acknowledged by another one after ``claim_idle``."""
         if defer and not handback:
             with self._lock:
                 for stream, ids in acks.items():
                     self._deferred_acks.setdefault(stream, []).extend(ids)
+                if self._acker is None and not self._closed:
+                    self._acker = threading.Thread(target=self._ack_loop, name="tether-redis-acker", daemon=True)
+                    self._acker.start()
+            self._ack_wanted.set()
             return
         if not acks and not handback:
             return
@@ -647,6 +695,12 @@ class RedisStreamsDispatcher(Dispatcher):
         except redis.RedisError as exc:
             # Unacknowledged entries stay pending; maintain() claims and acknowledges them later.
             self._record_failure(exc)
+
+    def _ack_loop(self) -> None:
+        while not self._closed:
+            self._ack_wanted.wait()
+            self._ack_wanted.clear()
+            self._flush_acks()
 
     def _flush_acks(self) -> None:
         with self._lock:
@@ -864,6 +918,9 @@ class RedisStreamsDispatcher(Dispatcher):
         """Wake blocked readers and close every connection; the dispatcher is unusable afterwards."""
         self._flush_acks()
         self._closed = True
+        self._ack_wanted.set()
+        if self._acker is not None and self._acker is not threading.current_thread():
+            self._acker.join(5.0)
         self.wake()
         for session in list(self._sessions):
             session.close()
