@@ -417,6 +417,25 @@ def test_bad_urls_name_the_url_without_its_password(shared_repo: PostgresJobRepo
         open_repository(DATABASE_URL, schema="bad-name; DROP")
 
 
+def test_a_schema_from_a_newer_tether_is_refused_and_left_alone(shared_repo: PostgresJobRepository) -> None:
+    from tether.adapters.sqlalchemy import SCHEMA_VERSION
+
+    schema = f"tether_test_{RUN_ID}_newer"
+    repo = open_repository(DATABASE_URL, schema=schema)
+    try:
+        assert repo.schema_version() == SCHEMA_VERSION
+        with repo.engine.begin() as conn:
+            conn.exec_driver_sql(f'UPDATE "{schema}".tether_schema_version SET version = {SCHEMA_VERSION + 5}')
+        for create in (True, False):
+            with pytest.raises(ConfigurationError) as info:
+                open_repository(DATABASE_URL, schema=schema, create=create)
+            assert "newer" in str(info.value) and repo.safe_url in str(info.value)
+        assert repo.schema_version() == SCHEMA_VERSION + 5
+    finally:
+        repo.drop_schema()
+        repo.close()
+
+
 def test_a_connection_killed_before_commit_is_retried_and_stores_once(repo: PostgresJobRepository, clock: FakeClock,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The server really terminates the backend mid-transaction (before COMMIT): the transaction

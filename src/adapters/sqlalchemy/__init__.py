@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
+from tether.adapters.sqlalchemy.migrations import SCHEMA_VERSION
 from tether.adapters.sqlalchemy.postgres import PostgresJobRepository, normalize_postgres_url
 from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
 from tether.adapters.sqlalchemy.sqlite import SqliteJobRepository, is_memory_url
@@ -63,15 +64,15 @@ def open_repository(
             ``postgresql+psycopg://user:pw@host:5432/db`` (``postgresql://`` means psycopg 3 too).
         schema: PostgreSQL schema for ``tether_jobs`` (created if missing when ``create``);
             must be None for SQLite.
-        create: create the schema objects if missing (idempotent); when False the table must
-            exist already.
+        create: create Tether's tables if missing, or upgrade them to the current schema version
+            (idempotent); when False they must exist at the current version already.
         pool_size: connections kept in the pool (default 10); size it to the worker threads plus
             the application's own use.
 
     Raises:
         ConfigurationError: an unknown URL scheme, bad schema name, wrong credentials, unknown
-            database, or (``create=False``) a missing table; the message names the URL with its
-            password hidden and says what to do.
+            database, a schema from a newer Tether, or (``create=False``) missing or outdated tables;
+            the message names the URL with its password hidden and says what to run.
         StorageUnavailable: the server cannot be reached.
     """
     if not isinstance(url, (str, URL)):
@@ -104,12 +105,8 @@ def open_repository(
         _check_reachable(repository)
         if create:
             repository.create_schema()
-        elif not repository.schema_exists():
-            hint = f" --schema {schema}" if schema else ""
-            raise ConfigurationError(
-                f"{repository.safe_url}: the Tether table is missing; run `tether db init --database-url "
-                f"{repository.safe_url}{hint}`"
-            )
+        else:
+            repository.check_schema()
     except BaseException:
         repository.close()
         raise
@@ -117,6 +114,7 @@ def open_repository(
 
 
 __all__ = [
+    "SCHEMA_VERSION",
     "PostgresJobRepository",
     "SqlAlchemyJobRepository",
     "SqliteJobRepository",

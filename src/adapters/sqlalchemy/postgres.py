@@ -103,7 +103,7 @@ def create_postgres_engine(
         url,
         pool_size=size,
         max_overflow=size,
-        pool_pre_ping=True,
+        pool_pre_ping=False,
         pool_timeout=30,
         connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": application_name},
     )
@@ -126,16 +126,18 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
 
     # -- schema ----------------------------------------------------------------------------------
     def create_schema(self) -> None:
-        """Create the schema (if named) and ``tether_jobs`` with its indexes, if missing.
+        """Create the schema (if named) and Tether's tables, or upgrade them to the current version.
 
-        Idempotent and safe to run from several processes at once (an advisory lock serialises it).
+        Idempotent and safe to run from several processes at once (an advisory lock serialises it);
+        one transaction, so nothing is half-written.  Raises ConfigurationError for a schema from a
+        newer Tether.
         """
 
         def work(conn: Connection) -> None:
             conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": f"tether.schema:{self.schema or ''}"})
             if self.schema is not None:
                 conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            self.metadata.create_all(conn, checkfirst=True)
+            self._upgrade(conn)
 
         self._write("create the schema", work)
 

@@ -49,11 +49,14 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.orm import Session
+from tether.adapters.sqlalchemy import migrations
 from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
 from tether.adapters.sqlalchemy.mapping import job_state_values, new_job_values, row_to_job
+from tether.adapters.sqlalchemy.migrations import build_version_table
 from tether.adapters.sqlalchemy.schema import build_jobs_table
 from tether.domain import transitions
 from tether.domain.errors import (
+    ConfigurationError,
     InvalidTransition,
     JobNotFound,
     LeaseLost,
@@ -124,6 +127,7 @@ class SqlAlchemyJobRepository(JobRepository):
         self.schema = schema
         self.metadata = MetaData(schema=schema)
         self.table: Table = build_jobs_table(self.metadata)
+        self.version_table: Table = build_version_table(self.metadata)
         self._serial: AbstractContextManager[Any] | None = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._closed = False
@@ -138,10 +142,34 @@ class SqlAlchemyJobRepository(JobRepository):
         return f"{type(self).__name__}({self.safe_url!r}, schema={self.schema!r})"
 
     # -- schema ----------------------------------------------------------------------------------
+    def _upgrade(self, conn: Connection) -> int:
+        return migrations.upgrade(conn, self.table, self.version_table, where=self.safe_url)
+
     def create_schema(self) -> None:
-        """Create ``tether_jobs`` and its indexes if missing (idempotent)."""
-        with self._guard(), self.engine.begin() as conn:
-            self.metadata.create_all(conn, checkfirst=True)
+        """Create Tether's tables, or upgrade them to :data:`~.migrations.SCHEMA_VERSION` (idempotent).
+
+        Raises:
+            ConfigurationError: the database holds a schema from a newer Tether.
+        """
+        self._write("create the schema", self._upgrade)
+
+    def schema_version(self) -> int | None:
+        """The stored schema version (None when Tether's tables are absent)."""
+        return self._read("read the schema version", lambda c: migrations.read_version(c, self.table, self.version_table))
+
+    def check_schema(self) -> None:
+        """Raise :class:`ConfigurationError` (saying what to run) unless the schema is current."""
+        found = self.schema_version()
+        command = f"--database-url {self.safe_url}" + (f" --schema {self.schema}" if self.schema else "")
+        if found is None:
+            raise ConfigurationError(f"{self.safe_url}: the Tether tables are missing; run `tether db init {command}`")
+        if found < migrations.SCHEMA_VERSION:
+            raise ConfigurationError(
+                f"{self.safe_url}: the Tether schema is version {found}, this Tether needs "
+                f"{migrations.SCHEMA_VERSION}; run `tether db upgrade {command}`"
+            )
+        if found > migrations.SCHEMA_VERSION:
+            raise migrations.newer_schema_error(self.safe_url, found)
 
     def drop_schema(self) -> None:
         """Drop ``tether_jobs`` (tests and tear-down only: every job is lost)."""
