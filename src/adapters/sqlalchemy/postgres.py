@@ -26,7 +26,8 @@
   one ``INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO NOTHING RETURNING *``;
   :meth:`complete_many` flushes many fenced completions in one ``UPDATE ... FROM unnest(ids,
   tokens)``, each still a compare-and-set with its own outcome.
-- **Connection loss**: the pool pre-pings connections on checkout.  A transaction that failed
+- **Connection loss**: the pool pings a connection on checkout when it sat idle for more than
+  :data:`PING_IF_IDLE` s (busy connections skip the extra round trip).  A transaction that failed
   before its COMMIT was sent rolled back, so it is retried with backoff; reads, leases, reaps and
   keyed enqueues are retried too; past the retries the error is
   :class:`~tether.domain.errors.StorageUnavailable`.  When the outcome is unknown (the connection
@@ -44,11 +45,12 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Text, bindparam, cast, create_engine, func, literal, select, text, update
+from sqlalchemy import Integer, Text, bindparam, cast, create_engine, event, func, literal, select, text, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
@@ -88,8 +90,12 @@ def normalize_postgres_url(url: str | URL) -> URL:
 def create_postgres_engine(
     url: str | URL, *, pool_size: int | None = None, connect_timeout: float = 10.0, application_name: str = "tether"
 ) -> Engine:
-    """An engine with a pool of ``pool_size`` connections (default 10) plus as many overflow,
-    pre-pinged on checkout so a connection killed by the server is replaced, not used.
+    """An engine with a pool of ``pool_size`` connections (default 10) plus as many overflow.
+    A connection that sat idle in the pool for more than :data:`PING_IF_IDLE` seconds is pinged
+    on checkout, so one killed by the server meanwhile (restart, idle timeout) is replaced, not
+    used; a connection back in use within that time is not pinged (no extra round trip per lease
+    or completion on a busy worker) and a failure on it is handled by the retry and
+    unknown-outcome rules of the repository.
     ``application_name`` shows in ``pg_stat_activity``; ``connect_timeout`` is in seconds.
 
     Raises:
@@ -99,7 +105,7 @@ def create_postgres_engine(
     size = DEFAULT_POOL_SIZE if pool_size is None else pool_size
     if size < 1:
         raise ConfigurationError(f"pool_size: must be >= 1, got {size}")
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=size,
         max_overflow=size,
@@ -107,6 +113,28 @@ def create_postgres_engine(
         pool_timeout=30,
         connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": application_name},
     )
+    _ping_idle_connections(engine)
+    return engine
+
+
+#: Seconds a pooled connection may sit idle before its next checkout pings it first.
+PING_IF_IDLE = 1.0
+
+
+def _ping_idle_connections(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_connection: Any, record: Any) -> None:
+        record.info["tether_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        idle_since = record.info.get("tether_idle_since")
+        if idle_since is None or time.monotonic() - idle_since <= PING_IF_IDLE:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:  # noqa: BLE001 - any failure: the pool replaces the connection
+            raise sa_exc.DisconnectionError(f"idle connection failed its ping: {error}") from error
 
 
 class PostgresJobRepository(SqlAlchemyJobRepository):
