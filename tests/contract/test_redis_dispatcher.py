@@ -10,7 +10,7 @@ import redis
 from tether.adapters.redis_streams import RedisStreamsDispatcher
 from tether.testing.contract.dispatcher import DispatcherContract
 
-from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL, REDIS_URL, RUN_ID, service_unavailable
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
@@ -37,3 +37,33 @@ class TestRedisStreamsDispatcher(DispatcherContract):
         keys = list(redis_client.scan_iter(match=d.keys.pattern(), count=1000))
         if keys:
             redis_client.delete(*keys)
+
+
+class TestRedisStreamsDispatcherOnSqlite(TestRedisStreamsDispatcher):
+    """The same contract with a SQLite file repository under the dispatcher."""
+
+    @pytest.fixture
+    def repository(self, tmp_path):
+        from tether.adapters.sqlalchemy import open_repository
+
+        repo = open_repository(f"sqlite:///{tmp_path / 'contract.db'}")
+        yield repo
+        repo.close()
+
+
+@pytest.mark.postgres
+class TestRedisStreamsDispatcherOnPostgres(TestRedisStreamsDispatcher):
+    """The same contract with a PostgreSQL repository (a schema of its own, dropped afterwards)."""
+
+    @pytest.fixture
+    def repository(self):
+        from tether.adapters.sqlalchemy import open_repository
+        from tether.domain.errors import StorageUnavailable
+
+        try:
+            repo = open_repository(DATABASE_URL, schema=f"tether_test_{RUN_ID}_rdisp{next(_counter)}", pool_size=20)
+        except StorageUnavailable as exc:
+            service_unavailable("PostgreSQL", str(exc))
+        yield repo
+        repo.drop_schema()
+        repo.close()
