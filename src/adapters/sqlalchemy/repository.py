@@ -250,8 +250,11 @@ class SqlAlchemyJobRepository(JobRepository):
         return self._unavailable(error, doing)
 
     def _read(self, doing: str, work: Callable[[Connection], T]) -> T:
+        """Read-only work, retried on transient errors (one-statement reads need no transaction
+        where :attr:`single_statement_autocommit` is set)."""
+
         def once() -> T:
-            with self._begin(write=False) as conn:
+            with self._begin(write=False, single=True) as conn:
                 return work(conn)
 
         return self._retrying(doing, once)
@@ -371,14 +374,22 @@ class SqlAlchemyJobRepository(JobRepository):
         values = new_job_values(new_job, now)
         key = new_job.idempotency_key
         if key is None:
-            return EnqueueResult(row_to_job(conn.execute(insert(t).values(values).returning(*t.c)).one()), created=True)
+            plain = self._statements.get("insert")
+            if plain is None:
+                plain = self._statements["insert"] = insert(t).returning(*t.c)
+            return EnqueueResult(row_to_job(conn.execute(plain, values).one()), created=True)
+        keyed = self._statements.get("insert_keyed")
+        if keyed is None:
+            keyed = self._statements["insert_keyed"] = self._insert_ignoring_key_conflicts().returning(*t.c)
+            self._statements["by_key"] = select(t).where(t.c.idempotency_key == bindparam("p_key", type_=t.c.idempotency_key.type))
+        by_key = self._statements["by_key"]
         for _ in range(KEY_RACE_ROUNDS):
             # Waits for any open transaction inserting the same key: if it rolls back, ours
             # goes in; if it commits, ours does nothing and the read below sees its row.
-            row = conn.execute(self._insert_ignoring_key_conflicts().values(values).returning(*t.c)).first()
+            row = conn.execute(keyed, values).first()
             if row is not None:
                 return EnqueueResult(row_to_job(row), created=True)
-            existing = conn.execute(select(t).where(t.c.idempotency_key == key)).first()
+            existing = conn.execute(by_key, {"p_key": key}).first()
             if existing is not None:
                 return EnqueueResult(row_to_job(existing), created=False)
         raise StorageUnavailable(f"{self.safe_url}: idempotency key {key!r} kept changing hands; try again")
@@ -489,7 +500,11 @@ class SqlAlchemyJobRepository(JobRepository):
 
     # -- reading ---------------------------------------------------------------------------------
     def _get_row(self, conn: Connection, job_id: int) -> Row[Any] | None:
-        return conn.execute(select(self.table).where(self.table.c.id == job_id)).first()
+        stmt = self._statements.get("get")
+        if stmt is None:
+            t = self.table
+            stmt = self._statements["get"] = select(t).where(t.c.id == bindparam("p_id", type_=t.c.id.type))
+        return conn.execute(stmt, {"p_id": job_id}).first()
 
     def get(self, job_id: int) -> Job:
         """The job with this id.  Raises JobNotFound, StorageUnavailable."""
