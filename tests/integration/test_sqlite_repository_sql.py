@@ -314,3 +314,31 @@ def test_a_jobs_table_from_before_versioning_counts_as_version_1(tmp_path: Path,
     repo = open_repository(url)
     assert repo.schema_version() == 1 and repo.get(job.id) == job
     repo.close()
+
+
+def test_threads_of_one_process_queue_for_the_write_lock_and_never_hang(repo: SqliteJobRepository, clock: FakeClock,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.adapters.sqlalchemy import sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "LOCAL_LOCK_WAIT", 0.2)
+    job = repo.enqueue(_job(clock), now=clock.now()).job
+    outcome: list[Any] = []
+    with repo.transaction() as tx:  # this thread holds the write lock
+        repo.enqueue(_job(clock), now=clock.now(), connection=tx)
+        other = threading.Thread(
+            target=lambda: outcome.append(_try(lambda: repo.lease(queues=None, worker_id="w", now=clock.now(),
+                                                                   lease_timeout=60)))
+        )
+        other.start()
+        other.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], StorageUnavailable)
+    assert "another thread" in str(outcome[0])
+    leased = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=5)  # free again
+    assert [j.id for j in leased] == [job.id, job.id + 1]
+
+
+def _try(call: Any) -> Any:
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 - the test inspects it
+        return error

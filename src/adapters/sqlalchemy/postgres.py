@@ -133,7 +133,7 @@ def _ping_idle_connections(engine: Engine) -> None:
             return
         try:
             engine.dialect.do_ping(dbapi_connection)
-        except Exception as error:  # noqa: BLE001 - any failure: the pool replaces the connection
+        except Exception as error:
             raise sa_exc.DisconnectionError(f"idle connection failed its ping: {error}") from error
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Integer, bindparam, create_engine, event, func, update
@@ -31,7 +33,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from sqlalchemy.pool import StaticPool
 from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
-from tether.domain.errors import ConfigurationError, TetherError
+from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError
 from tether.domain.lease import new_lease_token
 
 DEFAULT_BUSY_TIMEOUT = 5.0
@@ -46,6 +48,11 @@ def _file_lock(path: str) -> threading.RLock:
         if lock is None:
             lock = _file_locks[path] = threading.RLock()
         return lock
+
+
+#: Seconds a thread waits for its process's write lock on a file before StorageUnavailable.
+LOCAL_LOCK_WAIT = 30.0
+
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -122,11 +129,21 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         else:
             self._file_lock = _file_lock(os.path.abspath(engine.url.database or ""))
 
-    def _write_guard(self) -> Any:
+    @contextmanager
+    def _write_guard(self) -> Iterator[None]:
         """Threads of one process queue on a lock for the file's write lock instead of polling it
         through SQLite's busy handler (which sleeps in steps of up to 100 ms); other processes
-        still meet ``busy_timeout``."""
-        return self._file_lock
+        still meet ``busy_timeout``.  Waiting longer than :data:`LOCAL_LOCK_WAIT` seconds raises
+        StorageUnavailable (a thread holding ``transaction()`` open too long), never a hang."""
+        if not self._file_lock.acquire(timeout=LOCAL_LOCK_WAIT):
+            raise StorageUnavailable(
+                f"{self.safe_url}: database is locked: another thread of this process held the write "
+                f"lock for more than {LOCAL_LOCK_WAIT:.0f} s (a long transaction() block?)"
+            )
+        try:
+            yield
+        finally:
+            self._file_lock.release()
 
     @classmethod
     def from_url(
