@@ -254,14 +254,15 @@ class InMemoryJobRepository(JobRepository):
         return self._apply(job_id, token, lambda j: transitions.complete(j, token=token, now=now))
 
     def complete_many(self, items: Sequence[tuple[int, str]], *, now: datetime) -> list[Job | LeaseLost]:
-        """Fenced completion of each ``(job_id, token)`` (one compare-and-set each, under one hold
-        of the lock); in input order, the completed job or the :class:`LeaseLost` for a stale token."""
+        """Fenced completion of each ``(job_id, token)``: :meth:`complete` once per item (so a
+        subclass's ``complete`` is honoured), under one hold of the lock; in input order, the
+        completed job or the :class:`LeaseLost` for a stale token."""
         now = ensure_utc(now, "now")
         results: list[Job | LeaseLost] = []
         with self._lock:
             for job_id, token in items:
                 try:
-                    results.append(self._apply(job_id, token, lambda j: transitions.complete(j, token=token, now=now)))  # noqa: B023
+                    results.append(self.complete(job_id, token, now=now))
                 except LeaseLost as lost:
                     results.append(lost)
         return results

@@ -7,15 +7,25 @@ Threads of one :class:`WorkerPool`:
   (``StorageUnavailable`` or any other error from the dispatcher) is logged at most about once a
   second and retried with a bounded exponential backoff (0.05 s doubling to 5 s).
 - ``tether-worker-<i>`` (``concurrency`` of them): run one job at a time.  Every outcome is one
-  fenced write: ``complete``; ``fail`` with a backoff from the retry policy (``retrying``) or
+  fenced write: ``complete`` (handed to the completion batcher, below); ``fail with a backoff from the retry policy (``retrying``) or
   ``dead`` when attempts are used up or the handler raised
   :class:`~tether.domain.errors.PermanentError`; ``dead`` at once for a job type with no handler.
   Any exception (even one that cannot be printed, case C18) becomes a bounded ``last_error``
   through :func:`~tether.domain.failure.describe_failure`.  A ``LeaseLost`` answer is logged and
   counted, never raised: the job belongs to someone else now.  Failure hooks run after the
   failure is persisted; their errors are logged and swallowed (case C17).
+- ``tether-complete``: the completion batcher (:mod:`tether.entrypoints.completions`).  A handler
+  thread whose job returned waits while this thread writes the successes of every thread waiting
+  at that moment in one ``complete_many`` call (one round trip on PostgreSQL); each item is still
+  its own compare-and-set on (id, running, token), and each thread learns its own outcome
+  (``LeaseLost`` included) only after the write returned.  A thread is free for a new job only
+  then, so "free threads" still means threads with no unfinished job.  Failures are written one
+  by one by the handler thread.
 - ``tether-heartbeat``: every ``heartbeat_interval`` seconds extends every held lease to
-  ``now + lease_timeout``.  A refused heartbeat cancels that job's context.
+  ``now + lease_timeout``, including the leases of jobs whose outcome is being written (waiting
+  in a batch, or retried after a storage error).  A refused heartbeat cancels that job's context
+  (for a job whose outcome is being written it changes nothing: that write reports its own
+  result).
 - ``tether-maintenance``: the reaper every ``reap_interval`` seconds, and the dispatcher's upkeep.
 
 Shutdown (:meth:`WorkerPool.stop`, or SIGINT/SIGTERM under :meth:`WorkerPool.run`): no lease is
@@ -47,6 +57,7 @@ from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
+from tether.entrypoints.completions import CompletionBatcher
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.execution import Outcome, execute_job
 from tether.entrypoints.handlers import HandlerSpec
@@ -142,6 +153,11 @@ class _PoolWriter:
         return self._pool._begin_finish(self._entry)
 
     def write(self, what: str, write: Callable[[], Job]) -> Job | None:
+        if what == "complete":
+            # The same fenced completion, sent with the other threads' completions in one batch.
+            entry = self._entry
+            batcher = self._pool._completions
+            return self._pool._write(entry, what, lambda: batcher.complete(entry.job.id, entry.token))
         return self._pool._write(self._entry, what, write)
 
 
@@ -228,6 +244,7 @@ class WorkerPool:
         self._stopped = False
         self._stop_lock = threading.Lock()
         self._ratelog = _RateLimitedLog(logger)
+        self._completions = CompletionBatcher(repository, clock, name="tether-complete")
         self._maintenance = MaintenanceLoop(
             Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
         )
@@ -267,6 +284,7 @@ class WorkerPool:
             self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
         )
+        self._completions.start()
         for i in range(self.concurrency):
             self._spawn(self._handler_loop, f"tether-worker-{i}")
         self._spawn(self._heartbeat_loop, "tether-heartbeat")
@@ -317,6 +335,7 @@ class WorkerPool:
                 thread.join(5.0)
             elif thread.name.startswith("tether-worker-"):
                 thread.join(max(join_deadline - time.monotonic(), 0.0))
+        self._completions.close()
         stats = self.stats
         logger.info("worker %s stopped: %s", self.worker_id, stats)
         return stats
@@ -462,13 +481,15 @@ class WorkerPool:
                 entries = list(self._running.values())
             for entry in entries:
                 with entry.lock:
-                    if entry.finishing or entry.released:
+                    if entry.released:
                         continue
                     try:
                         entry.ctx.job = self.repository.heartbeat(
                             entry.job.id, entry.token, now=self.clock.now(), lease_timeout=self.lease_timeout
                         )
                     except LeaseLost:
+                        if entry.finishing:  # its outcome write landed first, or will report LeaseLost itself
+                            continue
                         entry.ctx.mark_lease_lost()
                         entry.lost_counted = True
                         self._count("lease_lost")

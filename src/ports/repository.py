@@ -124,8 +124,10 @@ class JobRepository(Protocol):
                 items landed re-checks them before answering, never reporting a completion that
                 did not happen.
 
-        This default runs :meth:`complete` once per item; SQL adapters override it with one round
-        trip for the whole batch.
+        This default runs :meth:`complete` once per item, in order; an error other than LeaseLost
+        stops it and propagates (the items before it stay completed, so a caller retrying them
+        learns LeaseLost for a job that is in fact completed: the state is right, only the report
+        is pessimistic).  SQL adapters override it with one round trip for the whole batch.
         """
         results: list[Job | LeaseLost] = []
         for job_id, token in items:
