@@ -135,9 +135,13 @@ def delete_redis_keys(redis_url: str, prefix: str) -> None:
         client.close()
 
 
+USED_PREFIXES: list[str] = []
+
+
 def measure(args: argparse.Namespace, backend_name: str, dispatcher: str, folder: str) -> dict[str, Any]:
     redis_url = args.redis_url if dispatcher == "redis" else None
     prefix = f"tether-lat-{uuid.uuid4().hex[:8]}"
+    USED_PREFIXES.append(prefix)
     marks_path = os.path.join(folder, f"marks-{uuid.uuid4().hex[:6]}")
     result: dict[str, Any] = {"backend": backend_name, "dispatcher": dispatcher, "jobs": args.jobs}
     with backend(backend_name, folder) as (db_url, schema, _):
@@ -269,6 +273,9 @@ def main() -> None:
                     continue
                 rows.append(row)
                 print_row(row)
+    time.sleep(1.0)  # then delete again whatever a stopping worker wrote after its run's clean-up
+    for prefix in USED_PREFIXES:
+        delete_redis_keys(args.redis_url, prefix)
     if args.peers:
         for row in run_peers(args):
             rows.append(row)
