@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from tether.adapters.clock import SystemClock
+import tether
+from tether.adapters.clock import FakeClock, SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher
 from tether.domain.errors import PermanentError, ValidationError
@@ -311,3 +313,16 @@ def test_production_jitter_spreads_retries_but_never_below_the_backoff() -> None
     report = drain(app, jitter=random.Random(3).random)
     retry_at = report.retrying[0].retry_at
     assert retry_at is not None and seconds(1) <= retry_at < seconds(1.1)
+
+
+def test_drain_works_on_an_app_from_connect_on_sqlite(tmp_path: Path) -> None:
+    """drain() needs only a Tether and a FakeClock: here a SQLite file built by tether.connect."""
+    clock = FakeClock()
+    with tether.connect(f"sqlite:///{tmp_path / 'jobs.db'}", clock=clock) as app:
+        calls: list[Any] = []
+        flaky(app, "emails.send", 1, calls)
+        job = app.enqueue("emails.send", {"to": "a@b.c"}).job
+        report = drain(app)
+        assert [(r.outcome, r.ran_at) for r in report] == [("retrying", seconds(0)), ("completed", seconds(1))]
+        stored = app.get(job.id)
+        assert (stored.status, stored.attempts, stored.finished_at) == (JobStatus.COMPLETED, 2, seconds(1))
