@@ -24,20 +24,26 @@ The repository is the source of truth; Redis only carries "look at job N".  The 
   applies per stream) are handed back: re-added to their stream and acknowledged.
   Acknowledgements of leased entries are sent by a background thread, so the worker gets its
   jobs without waiting for the XACK round trip.
-* **Pending entries of dead consumers** (:meth:`~RedisStreamsDispatcher.maintain`):
-  ``XAUTOCLAIM ... <claim_idle> 0-0 JUSTID`` moves entries idle longer than ``claim_idle`` to this
+* **Pending entries of dead consumers** (in the sweep pass): ``XAUTOCLAIM <stream> <group>
+  <consumer> <claim_idle ms> 0-0 COUNT 100`` moves entries idle longer than ``claim_idle`` to this
   consumer, which acknowledges them; ids of entries whose message was trimmed or deleted
   (reported by Redis 7) are acknowledged too.  The claimed job is *not* run on the strength of the
   stream: stream idle time is never a lease.  If the job is still due, the sweep right after
   publishes it again; if it runs under a valid lease, the repository refuses a second lease; if
   that lease expires, the reaper returns the job and the sweep publishes it.
-* **Sweep** (in ``maintain``, and from ``acquire`` every ``sweep_interval`` seconds under a
-  cluster-wide ``SET NX PX`` lock so one process per interval does it): re-publishes the due
-  queued/retrying jobs (``repository.due_jobs``), each at most once per ``sweep_interval`` however
-  many workers sweep (``SET {prefix}:swept:<id> 1 NX PX <interval>``).  Queues whose group still
-  has undelivered entries (``XINFO GROUPS`` lag > 0) are skipped that round: their consumers are
-  behind, and re-publishing would only add duplicates; once they catch up, anything missing is
-  published.
+* **Sweep** (:meth:`~RedisStreamsDispatcher.maintain`, which the worker pool calls about once a
+  second and ``acquire`` calls every ``sweep_interval``; it runs the pass only when it wins the
+  ``SET {prefix}:sweep-lock NX PX <sweep_interval>`` lock, so one process per interval sweeps;
+  :meth:`~RedisStreamsDispatcher.sweep` forces a pass): reclaims as above, then re-publishes the
+  due queued/retrying jobs (``repository.due_jobs``, up to 1,000, at most ``maxlen`` per queue),
+  each at most once per ``sweep_interval`` however many workers sweep
+  (``SET {prefix}:swept:<id> 1 NX PX <interval>``).  A queue whose stream still holds entries
+  not yet delivered to the group (its ``last-generated-id`` is past the group's
+  ``last-delivered-id``) is skipped that round: its consumers are behind, and re-publishing would
+  only add duplicates; once they catch up, anything missing is published.
+* **Jobs due later**: ``notify`` of a job due in the future puts it on a local timer; a process
+  that also acquires (a worker) publishes it when due.  Elsewhere, and if the process dies, the
+  sweep publishes it within ``sweep_interval`` of its due time.
 * **Bounded streams, and why trimming cannot lose a job**: every ``XADD`` trims its stream to about
   ``maxlen`` entries.  A trimmed entry is only a hint.  The job it named is still queued in the
   repository; the sweep re-publishes every due job nobody has leased once the queue's consumers
@@ -49,7 +55,8 @@ The repository is the source of truth; Redis only carries "look at job N".  The 
   dispatcher backs off (50 ms doubling to 1 s), logs at most about one line a second, and while
   Redis is unreachable ``acquire`` leases due jobs straight from the repository
   (``repository.lease``), polling at the backoff interval, so jobs keep flowing; ``notify`` skips
-  publishing during the backoff so enqueue is never slowed by a dead Redis.
+  publishing during the backoff so enqueue is never slowed by a dead Redis.  A read ended by
+  ``UNBLOCKED`` (the stream was deleted under it) is healed like NOGROUP.
 * **Wake-up**: :meth:`~RedisStreamsDispatcher.wake` sends ``CLIENT UNBLOCK`` to the connections
   blocked in ``XREADGROUP``, so a blocked ``acquire`` returns at once (at worst after one ``block``
   slice, if the wake-up races the start of the read).
@@ -58,8 +65,9 @@ Queues and ``queues=None``: a consumer with ``queues=None`` reads the streams of
 registry set ``{prefix}:queues`` (fed by every publish and by the sweep; re-read at most every
 ``block`` seconds) plus the queues this process has published itself.
 
-Ordering: streams deliver in publish order, so across jobs that are all due the repository's lease
-order (priority first) is only approximated; every job still runs.
+Ordering: the entries read together buy leases in the repository's lease order (priority first),
+but a job whose entry sits deeper in the stream waits for it, so across a backlog priority is only
+approximated; every job still runs.
 
 Key layout: see :mod:`tether.adapters.redis_keys`.  Requires Redis >= 6.2 (``XAUTOCLAIM``).
 """
