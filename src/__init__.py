@@ -15,6 +15,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Tether": "tether.entrypoints.service",
     "connect": "tether.entrypoints.container",
+    "EnqueueRequest": "tether.entrypoints.service",
+    "JobContext": "tether.entrypoints.context",
+    "WorkerPool": "tether.entrypoints.worker",
     "Job": "tether.domain.job",
     "JobStatus": "tether.domain.job",
     "EnqueueResult": "tether.domain.job",
