@@ -29,6 +29,7 @@ from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from tether.domain.validation import (
+    MAX_ATTEMPTS_LIMIT,
     DEFAULT_QUEUE,
     prepare_job,
     validate_int,
@@ -98,7 +99,7 @@ class Tether:
         self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
         self.max_payload_bytes = validate_int(max_payload_bytes, "max_payload_bytes", 2, 2**31 - 1)
         self.default_queue = validate_queue(default_queue, "default_queue")
-        self.default_max_attempts = validate_max_attempts(default_max_attempts)
+        self.default_max_attempts = validate_int(default_max_attempts, "default_max_attempts", 1, MAX_ATTEMPTS_LIMIT)
         self._handlers: dict[str, HandlerSpec] = {}
         self._handlers_lock = threading.Lock()
         self._pools: list[WorkerPool] = []

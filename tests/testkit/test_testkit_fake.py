@@ -74,7 +74,7 @@ def test_bad_arguments_name_the_field() -> None:
     assert raised.value.field == "handlers[0]"
     with pytest.raises(ValidationError) as raised:
         fake_app(default_max_attempts=0)
-    assert raised.value.field.endswith("max_attempts")
+    assert raised.value.field == "default_max_attempts"
     with pytest.raises(TypeError):
         fake_app(no_such_option=1)
 

@@ -387,7 +387,7 @@ def test_close_closes_dispatcher_and_repository_once(repo, clock) -> None:
     "kwargs, field",
     [
         ({"default_queue": "bad queue"}, "default_queue"),
-        ({"default_max_attempts": 0}, "max_attempts"),
+        ({"default_max_attempts": 0}, "default_max_attempts"),
         ({"max_payload_bytes": 0}, "max_payload_bytes"),
         ({"retry_policy": "fast"}, "retry_policy"),
     ],
