@@ -2,7 +2,11 @@
 
 :class:`Container` (a dependency-injector ``DeclarativeContainer``) builds:
 
-- ``clock`` -- :class:`~tether.adapters.clock.SystemClock` (override it with a FakeClock in tests);
+- ``clock`` -- the time source of every stored time and comparison: on PostgreSQL a
+  :class:`~tether.adapters.sqlalchemy.clock.DatabaseClock` (the server's clock, read locally
+  through a measured offset, so all workers and producers agree on "now" whatever their
+  machines' clocks say); on SQLite and ``memory://`` the :class:`~tether.adapters.clock.SystemClock`
+  (one machine, one clock).  A clock passed in (e.g. a FakeClock in tests) always wins;
 - ``repository`` -- chosen by the database URL: ``memory://`` ->
   :class:`~tether.adapters.memory.InMemoryJobRepository`; ``sqlite:///...`` and
   ``postgresql+psycopg://...`` -> :func:`tether.adapters.sqlalchemy.open_repository`;
@@ -45,6 +49,23 @@ def repository_kind(database_url: str) -> str:
     return "memory" if database_kind(database_url) == "memory" else "sql"
 
 
+def clock_kind(database_url: str) -> str:
+    """``"database"`` for PostgreSQL URLs (the server's clock is the one time source), else
+    ``"system"`` (memory and SQLite live on one machine, whose clock every user shares)."""
+    return "database" if database_kind(database_url) == "postgresql" else "system"
+
+
+def database_clock(repository: JobRepository) -> Clock:
+    """A :class:`~tether.adapters.sqlalchemy.clock.DatabaseClock` on ``repository``'s engine
+    (measured once now, then every 30 s)."""
+    from tether.adapters.sqlalchemy.clock import DatabaseClock
+
+    engine = getattr(repository, "engine", None)
+    if engine is None:
+        raise ConfigurationError(f"clock: {type(repository).__name__} has no SQL engine to read the database's clock from")
+    return DatabaseClock(engine)
+
+
 def dispatcher_kind(redis_url: str | None) -> str:
     """``"redis"`` when a Redis URL is given, else ``"polling"``."""
     return "polling" if check_redis_url(redis_url) is None else "redis"
@@ -80,7 +101,7 @@ def redis_dispatcher(
     return RedisStreamsDispatcher(repository, clock, redis_url, **(options or {}))
 
 
-def make_tether(repository: JobRepository, dispatcher: Dispatcher, clock: Clock, **options: Any) -> "Tether":
+def make_tether(repository: JobRepository, dispatcher: Dispatcher, clock: Clock, **options: Any) -> Tether:
     """The :class:`~tether.entrypoints.service.Tether` application over the three ports."""
     from tether.entrypoints.service import Tether
 
@@ -98,7 +119,6 @@ class Container(containers.DeclarativeContainer):
 
     config = providers.Configuration()
 
-    clock = providers.Singleton(SystemClock)
     retry_policy = providers.Singleton(RetryPolicy)
 
     repository = providers.Selector(
@@ -111,6 +131,12 @@ class Container(containers.DeclarativeContainer):
             pool_size=config.pool_size,
             create=config.create,
         ),
+    )
+
+    clock = providers.Selector(
+        providers.Callable(clock_kind, config.database_url),
+        system=providers.Singleton(SystemClock),
+        database=providers.Singleton(database_clock, repository),
     )
 
     dispatcher = providers.Selector(
@@ -169,7 +195,7 @@ def build_container(
     return container
 
 
-def from_settings(settings: Settings, **options: Any) -> "Tether":
+def from_settings(settings: Settings, **options: Any) -> Tether:
     """The :class:`Tether` app described by ``settings`` (database, Redis, schema, poll interval,
     payload limit); ``options`` as for :func:`connect` (``clock``, ``retry_policy``, ...)."""
     options.setdefault("poll_interval", settings.poll_interval)
@@ -179,7 +205,7 @@ def from_settings(settings: Settings, **options: Any) -> "Tether":
 
 def connect(
     database_url: str = "memory://", *, redis_url: str | None = None, schema: str | None = None, **options: Any
-) -> "Tether":
+) -> Tether:
     """Open a :class:`Tether` application on ``database_url`` (``tether.connect``).
 
     Args:
@@ -187,7 +213,8 @@ def connect(
             or ``postgresql+psycopg://user@host/db``.
         redis_url: ``redis://host:6379/0`` to wake workers through Redis Streams; None to poll.
         schema: database schema for Tether's tables (PostgreSQL).
-        options: ``clock`` (a Clock, e.g. FakeClock), ``retry_policy`` (RetryPolicy),
+        options: ``clock`` (a Clock, e.g. FakeClock; default: the database server's clock on
+            PostgreSQL, the system clock otherwise), ``retry_policy`` (RetryPolicy),
             ``poll_interval`` (seconds), ``pool_size`` (connections), ``create`` (create the
             tables if missing; default True), ``redis_options`` (dict of RedisStreamsDispatcher
             keywords), ``max_payload_bytes``, ``default_queue``, ``default_max_attempts``.
@@ -232,7 +259,9 @@ def connect(
 __all__ = [
     "Container",
     "build_container",
+    "clock_kind",
     "connect",
+    "database_clock",
     "database_kind",
     "dispatcher_kind",
     "from_settings",
