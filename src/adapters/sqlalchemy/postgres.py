@@ -220,21 +220,23 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
             "idempotency_key, n) ORDER BY u.n "
             "ON CONFLICT (idempotency_key) DO NOTHING RETURNING *"
         ).columns(*t.c)
-        return list(conn.execute(statement, arrays))
+        return list(conn.execute(statement, arrays).all())
 
     _complete_rows_single = True
 
     def _complete_rows(self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime) -> list[Row[Any]]:
         """All the fenced completions in one statement: ``UPDATE ... FROM unnest(ids, tokens)``."""
-        t = self.table
-        statement = text(
-            f"UPDATE {self._qualified_table} AS j SET status = 'completed', finished_at = :now, lease_token = NULL, "
-            "leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
-            "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS v(id, token) "
-            "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token RETURNING j.*"
-        ).columns(*t.c)
-        return list(
-            conn.execute(statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]})
+        statement = self._statements.get("complete_many")
+        if statement is None:  # built once: rebuilding a text() costs a cache-key walk per call
+            statement = text(
+                f"UPDATE {self._qualified_table} AS j SET status = 'completed', finished_at = :now, lease_token = NULL, "
+                "leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
+                "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS v(id, token) "
+                "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token RETURNING j.*"
+            ).columns(*self.table.c)
+            self._statements["complete_many"] = statement
+        return list(  # .all(): one fetchall, not a fetchone per row
+            conn.execute(statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]}).all()
         )
 
     @property
@@ -274,7 +276,7 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
             secret = params["p_secret"]
             stmt = self._lease_template(self._queue_shape(queues))
             try:
-                return self._write_once("lease jobs", lambda c: list(c.execute(stmt, params)), single=True)  # noqa: B023
+                return self._write_once("lease jobs", lambda c: list(c.execute(stmt, params).all()), single=True)  # noqa: B023
             except _UnknownOutcome:
                 recovered = self._read(
                     "check an interrupted lease",
