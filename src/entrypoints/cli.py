@@ -1,7 +1,7 @@
 """The ``tether`` command line (Typer + rich).
 
 Commands: ``worker``, ``enqueue``, ``jobs list``, ``jobs show``, ``retry``, ``purge``, ``reap``,
-``db init``, ``demo``.  Each command that touches jobs takes ``--database-url``, ``--redis-url``
+``db init``, ``db upgrade``, ``db version``, ``demo``.  Each command that touches jobs takes ``--database-url``, ``--redis-url``
 and ``--schema`` (environment: ``TETHER_DATABASE_URL``, ``TETHER_REDIS_URL``, ``TETHER_SCHEMA``;
 a flag beats its variable, a variable beats the default; see :mod:`tether.entrypoints.settings`).
 
@@ -119,7 +119,7 @@ def _root(
 
 
 jobs_app = typer.Typer(help="Look at jobs.", no_args_is_help=True, rich_markup_mode=None)
-db_app = typer.Typer(help="Create the database tables.", no_args_is_help=True, rich_markup_mode=None)
+db_app = typer.Typer(help="Create, upgrade and inspect the database tables.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(db_app, name="db")
 
@@ -428,21 +428,122 @@ def reap(
     _stdout().print(f"reaped {len(jobs)} expired lease(s): {retrying} retrying, {len(jobs) - retrying} dead")
 
 
+def _db_target(settings: Settings) -> str:
+    """``--database-url URL [--schema S]`` (password hidden), for messages that say what to run."""
+    return f"--database-url {settings.safe_database_url}" + (f" --schema {settings.schema}" if settings.schema else "")
+
+
+def _schema_versions(repository: Any) -> tuple[int | None, int]:
+    """(stored schema version or None when the tables are absent, this Tether's schema version)."""
+    from tether.adapters.sqlalchemy import SCHEMA_VERSION
+
+    return repository.schema_version(), SCHEMA_VERSION
+
+
+def _upgrade_tables(database_url: str | None, schema: str | None, verb: str) -> None:
+    """``db init`` and ``db upgrade``: create the tables, or bring them to this Tether's version."""
+    from tether.entrypoints.container import open_sql_repository
+
+    settings = _settings(database_url=database_url, schema=schema)
+    if settings.database_kind == "memory":
+        _stdout().print(f"memory:// keeps nothing; there is no schema to {verb}")
+        return
+    repository: Any = open_sql_repository(settings.database_url, schema=settings.schema, create=False, check=False)
+    try:
+        before, current = _schema_versions(repository)
+        repository.create_schema()  # refuses (ConfigurationError) a schema from a newer Tether
+    finally:
+        repository.close()
+    where = settings.safe_database_url + (f" (schema {settings.schema})" if settings.schema else "")
+    if before is None:
+        _stdout().print(f"tables ready in {where}: created at schema version {current}")
+    elif before < current:
+        _stdout().print(f"tables ready in {where}: upgraded from schema version {before} to {current}")
+    else:
+        _stdout().print(f"tables ready in {where}: already at schema version {current}")
+
+
 @db_app.command("init")
 def db_init(
     database_url: DatabaseUrl = None,
     schema: Schema = None,
 ) -> None:
-    """Create Tether's tables (and schema) if they are missing; safe to run again."""
+    """Create Tether's tables (and schema) if they are missing, or upgrade them; safe to run again."""
+    _upgrade_tables(database_url, schema, "create")
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    database_url: DatabaseUrl = None,
+    schema: Schema = None,
+) -> None:
+    """Bring Tether's tables to this Tether's schema version (creating them if missing).
+
+    One transaction on PostgreSQL (nothing half-written), safe to run from several processes at
+    once; a schema written by a newer Tether is refused, never downgraded.
+    """
+    _upgrade_tables(database_url, schema, "upgrade")
+
+
+@db_app.command("version")
+def db_version(
+    database_url: DatabaseUrl = None,
+    schema: Schema = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 unless the stored schema is exactly this Tether's version.")
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Print the stored schema version, this Tether's version, and whether an upgrade is needed.
+
+    Nothing is created or changed.  Status: ``current``, ``missing`` (run ``tether db init``),
+    ``outdated`` (run ``tether db upgrade``) or ``newer`` (upgrade the tether-jobs package).
+    """
+    from tether import __version__
     from tether.entrypoints.container import open_sql_repository
 
     settings = _settings(database_url=database_url, schema=schema)
     if settings.database_kind == "memory":
-        _stdout().print("memory:// keeps nothing; there is no schema to create")
+        _stdout().print("memory:// keeps nothing; it has no schema version")
         return
-    repository = open_sql_repository(settings.database_url, schema=settings.schema, create=True)
-    repository.close()
-    _stdout().print(f"tables ready in {settings.safe_database_url}" + (f" (schema {settings.schema})" if settings.schema else ""))
+    if settings.database_kind == "sqlite" and not os.path.exists(sqlite_path(settings.database_url)):
+        raise ConfigurationError(
+            f"database_url: no SQLite database at {sqlite_path(settings.database_url)}; check the URL, or create it "
+            f"with `tether db init --database-url {settings.database_url}`"
+        )
+    repository: Any = open_sql_repository(settings.database_url, schema=settings.schema, create=False, check=False)
+    try:
+        stored, expected = _schema_versions(repository)
+    finally:
+        repository.close()
+    target = _db_target(settings)
+    if stored is None:
+        status, advice = "missing", f"run `tether db init {target}`"
+    elif stored < expected:
+        status, advice = "outdated", f"run `tether db upgrade {target}`"
+    elif stored > expected:
+        status, advice = "newer", "this Tether is older than the schema; upgrade it (pip install -U tether-jobs)"
+    else:
+        status, advice = "current", "no upgrade needed"
+    if as_json:
+        _print_json(
+            {
+                "database_url": settings.safe_database_url,
+                "schema": settings.schema,
+                "stored_schema_version": stored,
+                "schema_version": expected,
+                "tether_version": __version__,
+                "status": status,
+            }
+        )
+    else:
+        out = _stdout()
+        out.print(f"database:           {settings.safe_database_url}" + (f" (schema {settings.schema})" if settings.schema else ""))
+        out.print(f"stored schema:      {'none (no Tether tables)' if stored is None else f'version {stored}'}")
+        out.print(f"this Tether:        {__version__} (schema version {expected})")
+        out.print(f"status:             {status}: {advice}")
+    if check and status != "current":
+        raise typer.Exit(1)
 
 
 def load_app(spec: str) -> "Tether":

@@ -72,16 +72,22 @@ def dispatcher_kind(redis_url: str | None) -> str:
 
 
 def open_sql_repository(
-    database_url: str, *, schema: str | None = None, pool_size: int | None = None, create: bool = True
+    database_url: str,
+    *,
+    schema: str | None = None,
+    pool_size: int | None = None,
+    create: bool = True,
+    check: bool = True,
 ) -> JobRepository:
-    """Open the SQLite or PostgreSQL repository at ``database_url`` (tables created if ``create``).
+    """Open the SQLite or PostgreSQL repository at ``database_url``: its tables are created or
+    upgraded if ``create``; else, if ``check``, they must exist at the current schema version.
 
     Raises:
         ConfigurationError / StorageUnavailable: as raised by the adapter (URL shown without password).
     """
     from tether.adapters.sqlalchemy import open_repository
 
-    return open_repository(database_url, schema=schema, create=create, pool_size=pool_size)
+    return open_repository(database_url, schema=schema, create=create, pool_size=pool_size, check=check)
 
 
 def polling_dispatcher(repository: JobRepository, clock: Clock, *, poll_interval: float = 1.0) -> Dispatcher:

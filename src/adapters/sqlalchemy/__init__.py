@@ -55,7 +55,7 @@ def _check_reachable(repository: SqlAlchemyJobRepository) -> None:
 
 
 def open_repository(
-    url: str, *, schema: str | None = None, create: bool = True, pool_size: int | None = None
+    url: str, *, schema: str | None = None, create: bool = True, pool_size: int | None = None, check: bool = True
 ) -> SqlAlchemyJobRepository:
     """Open the SQL job repository for ``url``.
 
@@ -68,6 +68,9 @@ def open_repository(
             (idempotent); when False they must exist at the current version already.
         pool_size: connections kept in the pool (default 10); size it to the worker threads plus
             the application's own use.
+        check: with ``create=False``, check that the tables exist at the current version
+            (default); False opens the repository without looking (``tether db version`` reads
+            the stored version itself).
 
     Raises:
         ConfigurationError: an unknown URL scheme, bad schema name, wrong credentials, unknown
@@ -105,7 +108,7 @@ def open_repository(
         _check_reachable(repository)
         if create:
             repository.create_schema()
-        else:
+        elif check:
             repository.check_schema()
     except BaseException:
         repository.close()

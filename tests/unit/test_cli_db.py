@@ -1,0 +1,227 @@
+"""``tether db init / upgrade / version`` through Typer's CliRunner, on SQLite files and on real
+PostgreSQL (a schema of this run's own).
+
+Expected: ``db version`` reports the stored schema version, this Tether's version and status
+``missing`` / ``outdated`` / ``current`` / ``newer`` without changing anything; ``db upgrade``
+creates missing tables, upgrades an outdated schema (stored 0 -> 1) and refuses a newer one
+(stored 99 stays 99); bad input is one line and exit 2; an unreachable server is one line naming
+the URL with its password hidden and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from tether import __version__
+from tether.adapters.sqlalchemy import SCHEMA_VERSION
+from tether.entrypoints.cli import app
+from typer.testing import CliRunner
+
+from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TETHER_DATABASE_URL", "TETHER_SCHEMA"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def version_json(*args: str) -> dict[str, Any]:
+    result = cli("db", "version", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)  # type: ignore[no-any-return]
+
+
+def one_error_line(result: Any) -> str:
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("tether: error: "), result.output
+    return lines[0][len("tether: error: ") :]
+
+
+def test_this_tether_speaks_schema_version_1() -> None:
+    assert SCHEMA_VERSION == 1  # the expected values below are written for it
+
+
+# -- SQLite ------------------------------------------------------------------------------------
+def set_sqlite_version(path: Path, version: int) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM tether_schema_version")
+        conn.execute("INSERT INTO tether_schema_version (version) VALUES (?)", (version,))
+
+
+def sqlite_version(path: Path) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        return [row[0] for row in conn.execute("SELECT version FROM tether_schema_version")]
+
+
+def test_sqlite_version_of_a_missing_file_is_bad_input_and_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "nothing.db"
+    result = cli("db", "version", "--database-url", f"sqlite:///{path}")
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith(f"database_url: no SQLite database at {path}")
+    assert not path.exists()
+
+
+def test_sqlite_init_version_upgrade_round(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    url = f"sqlite:///{path}"
+    created = cli("db", "init", "--database-url", url)
+    assert created.exit_code == 0, created.output
+    assert created.output.strip() == f"tables ready in {url}: created at schema version 1"
+    assert version_json("--database-url", url) == {
+        "database_url": url,
+        "schema": None,
+        "stored_schema_version": 1,
+        "schema_version": 1,
+        "tether_version": __version__,
+        "status": "current",
+    }
+    shown = cli("db", "version", "--database-url", url)
+    assert shown.exit_code == 0
+    assert "stored schema:      version 1" in shown.output
+    assert f"this Tether:        {__version__} (schema version 1)" in shown.output
+    assert "status:             current: no upgrade needed" in shown.output
+    assert cli("db", "version", "--check", "--database-url", url).exit_code == 0
+
+    set_sqlite_version(path, 0)  # an older schema
+    outdated = version_json("--database-url", url)
+    assert (outdated["stored_schema_version"], outdated["status"]) == (0, "outdated")
+    plain = cli("db", "version", "--database-url", url)
+    assert f"status:             outdated: run `tether db upgrade --database-url {url}`" in plain.output
+    assert cli("db", "version", "--check", "--database-url", url).exit_code == 1
+    upgraded = cli("db", "upgrade", "--database-url", url)
+    assert upgraded.exit_code == 0, upgraded.output
+    assert upgraded.output.strip() == f"tables ready in {url}: upgraded from schema version 0 to 1"
+    assert sqlite_version(path) == [1]
+    again = cli("db", "upgrade", "--database-url", url)
+    assert again.output.strip() == f"tables ready in {url}: already at schema version 1"
+
+
+def test_sqlite_upgrade_refuses_a_newer_schema_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    url = f"sqlite:///{path}"
+    assert cli("db", "init", "--database-url", url).exit_code == 0
+    set_sqlite_version(path, 99)
+    assert version_json("--database-url", url)["status"] == "newer"
+    assert cli("db", "version", "--check", "--database-url", url).exit_code == 1
+    for command in ("upgrade", "init"):
+        refused = cli("db", command, "--database-url", url)
+        assert refused.exit_code == 2
+        assert "the Tether schema is version 99, newer than this Tether's 1" in one_error_line(refused)
+    assert sqlite_version(path) == [99]
+
+
+def test_memory_has_no_schema() -> None:
+    for command in ("init", "upgrade", "version"):
+        result = cli("db", command, "--database-url", "memory://")
+        assert result.exit_code == 0
+        assert result.output.startswith("memory:// keeps nothing")
+
+
+@pytest.mark.parametrize("command", ["init", "upgrade", "version"])
+def test_bad_url_is_one_line_exit_2(command: str) -> None:
+    result = cli("db", command, "--database-url", "mysql://app:hunter2@db/jobs")
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert line.startswith("database_url (--database-url, TETHER_DATABASE_URL): unsupported URL 'mysql://app:***@db/jobs'")
+    assert "hunter2" not in result.output
+
+
+@pytest.mark.parametrize("command", ["upgrade", "version"])
+def test_bad_schema_name_is_one_line_exit_2(command: str) -> None:
+    result = cli("db", command, "--database-url", DATABASE_URL, "--schema", "no-dashes")
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith("schema (--schema, TETHER_SCHEMA): must be 1-63 of letters")
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    schema = f"tether_test_{RUN_ID}_clidb"
+    engine = create_engine(DATABASE_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as error:  # noqa: BLE001
+        engine.dispose()
+        service_unavailable("PostgreSQL", str(error))
+    yield schema
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    engine.dispose()
+
+
+def pg_versions(schema: str) -> list[int]:
+    engine = create_engine(DATABASE_URL)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(f'SELECT version FROM "{schema}".tether_schema_version')).scalars())
+    finally:
+        engine.dispose()
+
+
+def set_pg_version(schema: str, version: int) -> None:
+    engine = create_engine(DATABASE_URL)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f'UPDATE "{schema}".tether_schema_version SET version = :v'), {"v": version})
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_version_upgrade_and_refusal(pg_schema: str) -> None:
+    target = ("--database-url", DATABASE_URL, "--schema", pg_schema)
+    missing = version_json(*target)
+    assert (missing["stored_schema_version"], missing["status"], missing["schema"]) == (None, "missing", pg_schema)
+    plain = cli("db", "version", *target)
+    assert f"run `tether db init --database-url {DATABASE_URL} --schema {pg_schema}`" in plain.output
+
+    created = cli("db", "upgrade", *target)
+    assert created.exit_code == 0, created.output
+    assert created.output.strip() == f"tables ready in {DATABASE_URL} (schema {pg_schema}): created at schema version 1"
+    assert pg_versions(pg_schema) == [1]
+    assert version_json(*target)["status"] == "current"
+
+    set_pg_version(pg_schema, 0)
+    assert version_json(*target)["status"] == "outdated"
+    upgraded = cli("db", "upgrade", *target)
+    assert upgraded.output.strip().endswith("upgraded from schema version 0 to 1")
+    assert pg_versions(pg_schema) == [1]
+
+    set_pg_version(pg_schema, 99)
+    assert version_json(*target)["status"] == "newer"
+    refused = cli("db", "upgrade", *target)
+    assert refused.exit_code == 2
+    assert "the Tether schema is version 99, newer than this Tether's 1" in one_error_line(refused)
+    assert pg_versions(pg_schema) == [99]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", ["init", "upgrade", "version"])
+def test_postgres_unreachable_server_is_one_line_exit_1_password_hidden(command: str) -> None:
+    url = "postgresql+psycopg://app:hunter2@127.0.0.1:1/jobs"
+    result = cli("db", command, "--database-url", url)
+    assert result.exit_code == 1, result.output
+    line = one_error_line(result)
+    assert line.startswith("postgresql+psycopg://app:***@127.0.0.1:1/jobs: cannot connect")
+    assert "hunter2" not in result.output
+
+
+@pytest.mark.postgres
+def test_postgres_unknown_database_is_bad_input(pg_schema: str) -> None:
+    url = DATABASE_URL.rsplit("/", 1)[0] + f"/tether_no_such_db_{RUN_ID}"
+    result = cli("db", "version", "--database-url", url)
+    assert result.exit_code == 2
+    assert "the database does not exist" in one_error_line(result)
