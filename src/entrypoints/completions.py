@@ -1,31 +1,35 @@
 """The worker pool's completion batcher: the successes of several handler threads in one write.
 
-A handler thread whose job returned calls :meth:`CompletionBatcher.complete` and blocks; one
-flusher thread takes every completion waiting at that moment (up to ``max_batch``) and writes
-them with a single :meth:`~tether.ports.repository.JobRepository.complete_many` call (one round
-trip on PostgreSQL).  While a flush is on the wire the next completions pile up, so the batch
+The worker pool queues the success of a job with :meth:`CompletionBatcher.submit` (a callback
+per job) and its handler thread moves on; :meth:`CompletionBatcher.complete` is the blocking
+form.  One flusher thread takes every completion waiting at that moment (up to ``max_batch``) and
+writes them with a single :meth:`~tether.ports.repository.JobRepository.complete_many` call (one
+round trip on PostgreSQL).  While a flush is on the wire the next completions pile up, so the batch
 size follows the load by itself: one job alone is written at once, thousands per second go out
 in batches, and no timer ever holds a completion back.
 
 What each caller still gets (issue 3, "fenced completion in batches"):
 
 - every item is its own compare-and-set on (id, ``running``, lease token) inside ``complete_many``;
-- the caller learns *its own* outcome: the completed :class:`Job`, or :class:`LeaseLost` raised
-  in its thread when its token no longer held the job (the other items are unaffected);
-- :meth:`complete` returns only after the write returned, so a job counts as finished only once
+- each item gets *its own* outcome: the completed :class:`Job`, or :class:`LeaseLost` when its
+  token no longer held the job (the other items are unaffected);
+- the outcome is delivered only after the write returned, so a job counts as finished only once
   its completion is stored;
-- an error of the whole call (``StorageUnavailable`` after the repository's own retries, or a bug)
-  is raised in every caller of that batch, which retries or gives up under its own rules exactly
-  as it would for a single ``complete``.
+- ``StorageUnavailable`` from the whole call is retried with backoff until each item's
+  ``give_up_at`` (the pool passes the earlier of 30 s and the lease expiry), then delivered to
+  that item; any other error of the call is delivered to every item of the batch at once.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable
 
-from tether.domain.errors import LeaseLost
+from tether.domain.errors import LeaseLost, StorageUnavailable
+from tether.domain.failure import describe_failure
 from tether.domain.job import Job
 from tether.ports.clock import Clock
 from tether.ports.repository import JobRepository
@@ -36,15 +40,18 @@ logger = logging.getLogger("tether.worker")
 DEFAULT_MAX_BATCH = 100
 
 
-class _Pending:
-    __slots__ = ("job_id", "token", "done", "job", "error")
+#: Callback of :meth:`CompletionBatcher.submit`: the completed job, or the error for that item.
+Done = Callable[[Job | BaseException], None]
 
-    def __init__(self, job_id: int, token: str) -> None:
+
+class _Pending:
+    __slots__ = ("job_id", "token", "done", "give_up_at")
+
+    def __init__(self, job_id: int, token: str, done: Done, give_up_at: float) -> None:
         self.job_id = job_id
         self.token = token
-        self.done = threading.Event()
-        self.job: Job | None = None
-        self.error: BaseException | None = None
+        self.done = done
+        self.give_up_at = give_up_at  # time.monotonic() past which storage errors are not retried
 
 
 class CompletionBatcher:
@@ -55,13 +62,22 @@ class CompletionBatcher:
         clock: ``now`` of each flush (every item of a batch gets the same ``finished_at``).
         max_batch: most items per ``complete_many`` call (>= 1).
         name: the flusher thread's name.
+        retry_delays: first and longest pause, in seconds, before a batch that hit
+            ``StorageUnavailable`` is sent again (its items whose ``give_up_at`` passed get the
+            error instead).
 
     Call :meth:`start` before use and :meth:`close` at the end; after :meth:`close`,
     :meth:`complete` writes directly (one ``complete`` call in the caller's thread).
     """
 
     def __init__(
-        self, repository: JobRepository, clock: Clock, *, max_batch: int = DEFAULT_MAX_BATCH, name: str = "tether-complete"
+        self,
+        repository: JobRepository,
+        clock: Clock,
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        name: str = "tether-complete",
+        retry_delays: tuple[float, float] = (0.05, 2.0),
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -69,6 +85,7 @@ class CompletionBatcher:
         self._clock = clock
         self._max_batch = max_batch
         self._name = name
+        self._retry_delays = retry_delays
         self._cond = threading.Condition()
         self._pending: list[_Pending] = []
         self._closed = False
@@ -94,8 +111,26 @@ class CompletionBatcher:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
+    def submit(self, job_id: int, token: str, done: Done, *, give_up_at: float = 0.0) -> bool:
+        """Queue this completion for the next batch; ``done(result)`` runs on the flusher thread
+        once its write returned: the completed :class:`Job`, or the error for this item
+        (:class:`LeaseLost`: the token no longer holds the job and nothing was written;
+        ``StorageUnavailable`` once ``give_up_at`` (``time.monotonic()``) passed with the store
+        still failing; any other error of the call at once).  ``done`` must not raise.
+
+        Returns:
+            False when the batcher is closed (nothing queued; the caller writes it itself).
+        """
+        with self._cond:
+            if self._closed:
+                return False
+            self._pending.append(_Pending(job_id, token, done, give_up_at))
+            if len(self._pending) == 1:
+                self._cond.notify()
+        return True
+
     def complete(self, job_id: int, token: str) -> Job:
-        """Write this completion with the next batch and wait for it.
+        """Write this completion with the next batch and wait for it (without storage retries).
 
         Returns:
             the job as completed.
@@ -104,18 +139,19 @@ class CompletionBatcher:
             LeaseLost: ``token`` no longer holds the job; nothing was written for it.
             StorageUnavailable: the batch could not be written (the caller decides about retries).
         """
-        with self._cond:
-            if self._closed:
-                return self._repository.complete(job_id, token, now=self._clock.now())
-            pending = _Pending(job_id, token)
-            self._pending.append(pending)
-            if len(self._pending) == 1:
-                self._cond.notify()
-        pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
-        assert pending.job is not None
-        return pending.job
+        answer: list[Job | BaseException] = []
+        finished = threading.Event()
+
+        def done(result: Job | BaseException) -> None:
+            answer.append(result)
+            finished.set()
+
+        if not self.submit(job_id, token, done):
+            return self._repository.complete(job_id, token, now=self._clock.now())
+        finished.wait()
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is waiting, stop the flusher thread (waiting up to ``timeout`` s).  Idempotent."""
@@ -126,34 +162,55 @@ class CompletionBatcher:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        retry: list[_Pending] = []
+        delay = self._retry_delays[0]
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                while not self._pending and not retry and not self._closed:
                     self._cond.wait()
-                if not self._pending:
+                if not self._pending and not retry:
                     return
-                batch = self._pending[: self._max_batch]
-                del self._pending[: self._max_batch]
-            self._flush(batch)
+                room = max(self._max_batch - len(retry), 0)
+                batch = retry + self._pending[:room]
+                del self._pending[:room]
+            retry = self._flush(batch)
+            if retry:
+                time.sleep(delay * (0.5 + random.random() / 2))
+                delay = min(delay * 2, self._retry_delays[1])
+            else:
+                delay = self._retry_delays[0]
 
-    def _flush(self, batch: list[_Pending]) -> None:
+    def _flush(self, batch: list[_Pending]) -> list[_Pending]:
+        """Write ``batch``; answer every item, except those to send again (returned)."""
         try:
             results = self._complete_many([(p.job_id, p.token) for p in batch], now=self._clock.now())
             if len(results) != len(batch):  # pragma: no cover - an adapter bug; never guess who landed
                 raise RuntimeError(f"complete_many answered {len(results)} results for {len(batch)} items")
+        except StorageUnavailable as exc:
+            now = time.monotonic()
+            again = [p for p in batch if now < p.give_up_at]
+            for p in batch:
+                if now >= p.give_up_at:
+                    self._answer(p, exc)
+            if again:
+                logger.warning("completions of %d jobs failed (%s); retrying", len(again), describe_failure(exc, 500))
+            return again
         except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the error
             for p in batch:
-                p.error = exc
-                p.done.set()
-            return
+                self._answer(p, exc)
+            return []
         self.flushes += 1
         self.items += len(batch)
         for p, result in zip(batch, results):
-            if isinstance(result, LeaseLost):
-                p.error = result
-            else:
-                p.job = result
-            p.done.set()
+            self._answer(p, result)
+        return []
+
+    @staticmethod
+    def _answer(pending: _Pending, result: Job | BaseException) -> None:
+        try:
+            pending.done(result)
+        except BaseException:  # noqa: BLE001 - one callback never stops the flusher
+            logger.exception("completion callback for job %s raised", pending.job_id)
 
 
-__all__ = ["DEFAULT_MAX_BATCH", "CompletionBatcher"]
+__all__ = ["DEFAULT_MAX_BATCH", "CompletionBatcher", "Done"]

@@ -3,7 +3,12 @@
 Threads of one :class:`WorkerPool`:
 
 - ``tether-acquire``: asks the dispatcher for as many jobs as there are free handler threads
-  (``acquire(limit=free, ...)``) and hands each to a handler thread.  Storage trouble
+  (``acquire(limit=free, ...)``) and hands each to a handler thread.  A thread is free once its
+  handler returned, even while that job's completion is still being written by the batcher (the
+  job stays in :attr:`WorkerPool.in_flight`, heartbeated, until its write returned), so leasing
+  overlaps with writing; jobs in flight are capped at twice ``concurrency``.  Once one thread is
+  free the acquirer waits up to ``LEASE_COALESCE_SECONDS`` for half of them to be, so one lease
+  query refills many threads.  Storage trouble
   (``StorageUnavailable`` or any other error from the dispatcher) is logged at most about once a
   second and retried with a bounded exponential backoff (0.05 s doubling to 5 s).
 - ``tether-worker-<i>`` (``concurrency`` of them): run one job at a time.  Every outcome is one
@@ -14,13 +19,14 @@ Threads of one :class:`WorkerPool`:
   through :func:`~tether.domain.failure.describe_failure`.  A ``LeaseLost`` answer is logged and
   counted, never raised: the job belongs to someone else now.  Failure hooks run after the
   failure is persisted; their errors are logged and swallowed (case C17).
-- ``tether-complete``: the completion batcher (:mod:`tether.entrypoints.completions`).  A handler
-  thread whose job returned waits while this thread writes the successes of every thread waiting
+- ``tether-complete``: the completion batcher (:mod:`tether.entrypoints.completions`).  The success
+  of every job whose handler returned is queued there, and this thread writes all those waiting
   at that moment in one ``complete_many`` call (one round trip on PostgreSQL); each item is still
-  its own compare-and-set on (id, running, token), and each thread learns its own outcome
-  (``LeaseLost`` included) only after the write returned.  A thread is free for a new job only
-  then, so "free threads" still means threads with no unfinished job.  Failures are written one
-  by one by the handler thread.
+  its own compare-and-set on (id, running, token), and each job's own outcome (completed, or
+  ``LeaseLost`` logged and counted for that job) is recorded only after the write returned; only
+  then does the job stop counting as in flight.  ``StorageUnavailable`` is retried with backoff
+  for at most ``WRITE_RETRY_SECONDS`` and never past the job's lease expiry.  Failures
+  (retrying/dead) are written one by one by the handler thread.
 - ``tether-heartbeat``: every ``heartbeat_interval`` seconds extends every held lease to
   ``now + lease_timeout``, including the leases of jobs whose outcome is being written (waiting
   in a batch, or retried after a storage error).  A refused heartbeat cancels that job's context
@@ -75,6 +81,9 @@ ACQUIRE_BACKOFF = (0.05, 5.0)
 #: How long the pool keeps retrying a complete/fail write that hit ``StorageUnavailable``, in
 #: seconds, at most (never past the lease expiry: after that the reaper owns the job).
 WRITE_RETRY_SECONDS = 30.0
+#: Longest wait, in seconds, for half the handler threads to be free before a lease query asks for
+#: fewer jobs (see ``_acquire_loop``); the query then asks for exactly the free threads anyway.
+LEASE_COALESCE_SECONDS = 0.002
 #: How often :meth:`WorkerPool.run` checks for a stop request or idleness, in seconds.
 RUN_POLL_SECONDS = 0.1
 
@@ -140,6 +149,7 @@ class _Running:
         self.finishing = False  # the handler returned; its outcome is being written
         self.released = False  # handed back at shutdown; nothing more is written for it
         self.lost_counted = False  # a LeaseLost for this lease is in the stats already
+        self.deferred = False  # its completion is with the batcher, which finishes the entry
 
 
 class _PoolWriter:
@@ -153,11 +163,10 @@ class _PoolWriter:
         return self._pool._begin_finish(self._entry)
 
     def write(self, what: str, write: Callable[[], Job]) -> Job | None:
-        if what == "complete":
-            # The same fenced completion, sent with the other threads' completions in one batch.
-            entry = self._entry
-            batcher = self._pool._completions
-            return self._pool._write(entry, what, lambda: batcher.complete(entry.job.id, entry.token))
+        if what == "complete" and self._pool._defer_complete(self._entry):
+            # The same fenced completion, handed to the batcher: the job stays in flight (and
+            # heartbeated) until its write returned; the pool records the outcome then.
+            return self._entry.job
         return self._pool._write(self._entry, what, write)
 
 
@@ -229,7 +238,9 @@ class WorkerPool:
 
         self._lock = threading.Condition()
         self._running: dict[int, _Running] = {}
-        self._busy = 0  # jobs handed to handler threads and not finished yet
+        self._busy = 0  # jobs leased and not finished yet (handed to a thread, or completion being written)
+        self._active = 0  # jobs whose handler has not returned yet (threads taken)
+        self._lease_batch = max(1, self.concurrency // 2)  # free threads worth a lease query at once
         self._stats: dict[str, int] = dict.fromkeys(attrs.fields_dict(WorkerStats), 0)
         self._stopping = threading.Event()  # no more leases
         self._stop_requested = threading.Event()  # run(): a signal or stop() asked to stop
@@ -237,7 +248,7 @@ class WorkerPool:
         # Signals only bump this counter: a handler runs on the main thread between bytecodes and
         # must not take a lock (an Event's included) that the main thread may be holding.
         self._signals = 0
-        self._inbox: queue_module.Queue[_Running | None] = queue_module.Queue()
+        self._inbox: queue_module.SimpleQueue[_Running | None] = queue_module.SimpleQueue()
         self._heartbeat_stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started = False
@@ -422,9 +433,18 @@ class WorkerPool:
         backoff = 0.0
         while not self._stopping.is_set():
             with self._lock:
-                while self._busy >= self.concurrency and not self._stopping.is_set():
+                while self._free() <= 0 and not self._stopping.is_set():
                     self._lock.wait(0.5)
-                free = self.concurrency - self._busy
+                # Lease in batches: once a thread is free, wait up to LEASE_COALESCE_SECONDS for
+                # half of them to be, so threads freed together by one completion flush are
+                # refilled by one lease query instead of one query each.
+                window_ends = time.monotonic() + LEASE_COALESCE_SECONDS
+                while self._free() < self._lease_batch and not self._stopping.is_set():
+                    remaining = window_ends - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._lock.wait(remaining)
+                free = self._free()
             if self._stopping.is_set():
                 break
             try:
@@ -457,6 +477,7 @@ class WorkerPool:
                 with self._lock:
                     self._running[job.id] = entry
                     self._busy += 1
+                    self._active += 1
                 self._inbox.put(entry)
 
     def _handler_loop(self) -> None:
@@ -469,11 +490,40 @@ class WorkerPool:
             except BaseException:  # noqa: BLE001 - one job never kills the thread (C18)
                 logger.exception("worker %s: unexpected error while processing job %s", self.worker_id, entry.job.id)
             finally:
-                with self._lock:
-                    if self._running.get(entry.job.id) is entry:
-                        del self._running[entry.job.id]
-                    self._busy -= 1
-                    self._lock.notify_all()
+                if entry.deferred:  # the thread is free; the job stays in flight until written
+                    with self._lock:
+                        self._active -= 1
+                        self._wake_acquirer()
+                else:
+                    self._finish(entry, active=True)
+
+    def _free(self) -> int:
+        """Handler threads free for a new job (under ``self._lock``).
+
+        A thread is free once its handler returned, even while that job's completion waits in
+        the batcher (the job still counts in :attr:`in_flight` and is heartbeated until written);
+        so that completions that are slow to write cannot pile up leases, the jobs in flight are
+        also capped at twice ``concurrency``.
+        """
+        return min(self.concurrency - self._active, 2 * self.concurrency - self._busy)
+
+    def _wake_acquirer(self) -> None:
+        # Only when the acquirer may act (first free thread, half free, pool empty) or stop()
+        # waits: a wake-up per job costs more than a no-op job.  Under self._lock.
+        free = self._free()
+        if free == 1 or free == self._lease_batch or self._busy == 0 or self._stopping.is_set():
+            self._lock.notify_all()
+
+    def _finish(self, entry: _Running, *, active: bool = False) -> None:
+        """The job's outcome is written (or given up, or not to be written): it is no longer in
+        flight.  ``active``: its handler thread is the caller, now free too."""
+        with self._lock:
+            if self._running.get(entry.job.id) is entry:
+                del self._running[entry.job.id]
+            self._busy -= 1
+            if active:
+                self._active -= 1
+            self._wake_acquirer()
 
     def _heartbeat_loop(self) -> None:
         while not self._heartbeat_stop.wait(self.heartbeat_interval):
@@ -513,8 +563,44 @@ class WorkerPool:
             retry_policy=self.retry_policy, writer=_PoolWriter(self, entry), worker_id=self.worker_id,
         )
         counter = _COUNTERS.get(result.outcome)
-        if counter is not None:
+        if counter is not None and not entry.deferred:  # a deferred completion is counted when written
             self._count(counter)
+
+    def _defer_complete(self, entry: _Running) -> bool:
+        """Hand the job's completion to the batcher; False when it is closed (write it here)."""
+        expires = entry.ctx.job.lease_expires_at
+        give_up_at = time.monotonic() + WRITE_RETRY_SECONDS
+        if expires is not None:  # never retry past the lease: the reaper owns the job then
+            give_up_at = min(give_up_at, time.monotonic() + (expires - self.clock.now()).total_seconds())
+        entry.deferred = True
+        if self._completions.submit(entry.job.id, entry.token, lambda result: self._completed(entry, result),
+                                    give_up_at=give_up_at):
+            return True
+        entry.deferred = False
+        return False
+
+    def _completed(self, entry: _Running, result: Job | BaseException) -> None:
+        """On the flusher thread: the completion of ``entry`` returned ``result``."""
+        try:
+            if isinstance(result, Job):
+                entry.ctx.job = result
+                self._count("completed")
+            elif isinstance(result, LeaseLost):
+                self._count("lease_lost")
+                logger.warning(
+                    "worker %s: complete of job %s refused: lease lost (the reaper or another worker took it); "
+                    "nothing written", self.worker_id, entry.job.id,
+                )
+            elif isinstance(result, StorageUnavailable):
+                logger.error(
+                    "worker %s: giving up complete of job %s (%s); the reaper will take the job back when its lease "
+                    "expires", self.worker_id, entry.job.id, describe_failure(result, 500),
+                )
+            else:
+                logger.error("worker %s: complete of job %s failed; the reaper will take the job back",
+                             self.worker_id, entry.job.id, exc_info=result)
+        finally:
+            self._finish(entry)
 
     def _begin_finish(self, entry: _Running) -> bool:
         """Claim the right to write the job's outcome; False if shutdown released it or the lease is lost."""

@@ -4,6 +4,7 @@ each thread learning its own outcome only after the write returned."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -103,3 +104,41 @@ def test_a_batch_that_fails_raises_in_every_caller_and_a_retry_completes() -> No
     # after close, completions are written directly
     other = _leased(repo, clock, 1)[0]
     assert batcher.complete(other.id, other.lease_token).status is JobStatus.COMPLETED  # type: ignore[arg-type]
+
+
+def test_in_a_pool_a_job_stays_in_flight_and_heartbeated_until_its_batched_completion_returned() -> None:
+    from tether.adapters.clock import SystemClock
+    from tether.adapters.polling import PollingDispatcher
+    from tether.entrypoints.service import Tether
+
+    repo = GatedRepository()
+    clock = SystemClock()
+    app = Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock)
+    ran = threading.Event()
+    app.handler("t")(lambda payload: ran.set())
+    job = app.enqueue("t", {}).job
+    pool = app.worker(concurrency=2, lease_timeout=1.0, heartbeat_interval=0.1, reap_interval=0.2)
+    pool.start()
+    try:
+        assert ran.wait(10) and repo.entered.wait(10)  # the handler returned; its completion waits at the gate
+        first_expiry = repo.get(job.id).lease_expires_at
+        assert first_expiry is not None
+        deadline = time.monotonic() + 10
+        while repo.get(job.id).lease_expires_at == first_expiry and time.monotonic() < deadline:
+            time.sleep(0.02)
+        held = repo.get(job.id)
+        assert held.status is JobStatus.RUNNING and held.lease_expires_at > first_expiry  # heartbeated while waiting
+        time.sleep(1.2)  # longer than lease_timeout: only the heartbeats keep the reaper away
+        assert repo.get(job.id).status is JobStatus.RUNNING
+        assert pool.in_flight == 1 and pool.stats.completed == 0  # not finished before its write returned
+        repo.gate.set()
+        deadline = time.monotonic() + 10
+        while pool.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pool.in_flight == 0
+        assert (pool.stats.completed, pool.stats.lease_lost, pool.stats.reaped) == (1, 0, 0)
+        assert repo.get(job.id).status is JobStatus.COMPLETED and repo.get(job.id).attempts == 1
+    finally:
+        repo.gate.set()
+        pool.stop()
+        app.close()

@@ -1,0 +1,205 @@
+"""Multi-process drain benchmark (issue 3's workload w1) on PostgreSQL or a SQLite file.
+
+    .venv/bin/python bench/pg_drain.py                              # 20,000 jobs, 2 processes x 10 threads
+    .venv/bin/python bench/pg_drain.py --workers 2 --concurrency 16 --jobs 20000
+    .venv/bin/python bench/pg_drain.py --database-url sqlite:////tmp/bench.db --workers 1
+    .venv/bin/python bench/pg_drain.py --json                       # one JSON line (for compare_peers.py)
+
+Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/README.md):
+
+1. **bulk**: ``enqueue_many`` of ``--jobs`` no-op jobs in chunks of ``--chunk`` (1,000).
+2. **w1 drain**: ``--workers`` worker processes (``tether.connect`` + ``app.worker(concurrency=...)``,
+   polling dispatcher) start; every handler appends one fixed-width line with its start time to a
+   file of its process.  The drain time runs from the first handler start until the database
+   reports every job ``completed``; start-up is reported apart.
+3. **single**: ``--single-jobs`` jobs enqueued one ``enqueue`` call each, no worker running.
+
+PostgreSQL runs use a schema of their own (``tether_bench_<random>``), dropped at the end;
+SQLite runs a file the caller names.  A figure, not a test: nothing is asserted, but
+``duplicate_starts`` (handler starts beyond one per job) and any job not completed are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import tether
+from tether.domain.job import JobStatus
+from tether.entrypoints.service import EnqueueRequest
+
+DEFAULT_URL = os.environ.get("TETHER_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+MARK = "%10d %17.6f\n"  # job number, handler start (time.time()); 29 bytes a line
+MARK_BYTES = 29
+
+
+def _connect(url: str, schema: str | None) -> Any:
+    return tether.connect(url, schema=schema, poll_interval=0.05) if schema else tether.connect(url, poll_interval=0.05)
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    """One worker process: run a pool until SIGTERM."""
+    app = _connect(args.database_url, args.schema)
+    fd = os.open(os.path.join(args.marks, f"m.{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @app.handler("bench.noop")
+    def noop(payload: dict[str, Any]) -> None:
+        os.write(fd, (MARK % (payload["i"], time.time())).encode())
+
+    pool = app.worker(concurrency=args.concurrency, max_wait=0.5, reap_interval=60.0, drain_timeout=5.0)
+    pool.run(install_signal_handlers=True)
+    app.close()
+
+
+def _marks(folder: str) -> tuple[int, float | None, int]:
+    """(lines written, earliest start, duplicate starts) over every worker's mark file."""
+    lines = 0
+    first: float | None = None
+    seen: set[int] = set()
+    dups = 0
+    for path in glob.glob(os.path.join(folder, "m.*")):
+        with open(path, "rb") as f:
+            data = f.read()
+        for k in range(0, len(data) - MARK_BYTES + 1, MARK_BYTES):
+            tag, at = data[k : k + MARK_BYTES].split()
+            n, t = int(tag), float(at)
+            lines += 1
+            if n in seen:
+                dups += 1
+            seen.add(n)
+            first = t if first is None or t < first else first
+    return lines, first, dups
+
+
+def _postgres_cpu_seconds() -> float | None:
+    """CPU seconds used so far by every process named postgres on this machine (None off Linux)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)
+            if b"(postgres" not in fields[0]:
+                continue
+            parts = fields[1].split()
+            total += (int(parts[11]) + int(parts[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def _lines(folder: str) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "m.*"))) // MARK_BYTES
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    postgres = not args.database_url.startswith("sqlite")
+    schema = f"tether_bench_{uuid.uuid4().hex[:8]}" if postgres else None
+    app = _connect(args.database_url, schema)
+    result: dict[str, Any] = {
+        "peer": "tether", "backend": "postgres" if postgres else "sqlite", "workload": "w1",
+        "jobs": args.jobs, "workers": args.workers, "concurrency": args.concurrency,
+        "python": platform.python_version(), "load1": os.getloadavg()[0],
+    }
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="tether-marks-") as marks:
+        try:
+            requests = [EnqueueRequest("bench.noop", {"i": i}) for i in range(args.jobs)]
+            started = time.perf_counter()
+            for k in range(0, args.jobs, args.chunk):
+                app.enqueue_many(requests[k : k + args.chunk])
+            result["enqueue_bulk_jobs_s"] = round(args.jobs / (time.perf_counter() - started), 1)
+
+            pg_cpu_before = _postgres_cpu_seconds()
+            spawn = time.time()
+            command = [sys.executable, os.path.abspath(__file__), "--worker", "--database-url", args.database_url,
+                       "--concurrency", str(args.concurrency), "--marks", marks]
+            if schema:
+                command += ["--schema", schema]
+            procs = [subprocess.Popen(command) for _ in range(args.workers)]
+            deadline = time.monotonic() + args.timeout
+            while _lines(marks) < args.jobs and time.monotonic() < deadline:
+                time.sleep(0.01)
+            while time.monotonic() < deadline and app.counts()[JobStatus.COMPLETED] < args.jobs:
+                time.sleep(0.01)
+            finished = time.time()
+            pg_cpu_after = _postgres_cpu_seconds()
+            if pg_cpu_before is not None and pg_cpu_after is not None:
+                result["pg_cpu_s"] = round(pg_cpu_after - pg_cpu_before, 2)
+            lines, first, dups = _marks(marks)
+            counts = app.counts()
+            result["drain_timed_out"] = counts[JobStatus.COMPLETED] < args.jobs
+            result["startup_s"] = round((first or finished) - spawn, 3)
+            result["drain_s"] = round(finished - (first or spawn), 3)
+            result["drain_jobs_s"] = round(args.jobs / max(finished - (first or spawn), 1e-9), 1)
+            result["jobs_started"] = lines
+            result["duplicate_starts"] = dups
+            result["not_completed"] = args.jobs - counts[JobStatus.COMPLETED]
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            result["worker_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)  # whole worker lives, start-up included
+        if args.single_jobs:
+            started = time.perf_counter()
+            for i in range(args.single_jobs):
+                app.enqueue("bench.noop", {"i": i})
+            result["enqueue_single_jobs_s"] = round(args.single_jobs / (time.perf_counter() - started), 1)
+    if schema:
+        app.repository.drop_schema()
+    app.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", default=DEFAULT_URL, help="PostgreSQL URL (default: the test server) or sqlite:////file")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--concurrency", type=int, default=10, help="threads per worker process (default 10)")
+    parser.add_argument("--chunk", type=int, default=1000, help="enqueue_many chunk (default 1000)")
+    parser.add_argument("--single-jobs", type=int, default=2000, help="jobs for the single-enqueue step (0: skip)")
+    parser.add_argument("--timeout", type=float, default=170.0, help="give up the drain after this many seconds")
+    parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--schema", help=argparse.SUPPRESS)
+    parser.add_argument("--marks", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker_main(args)
+        return
+    result = run(args)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"tether w1 on {result['backend']}: {args.jobs:,} no-op jobs, {args.workers} processes x {args.concurrency} "
+          f"threads; Python {result['python']}, {os.cpu_count()} CPU(s), load {result['load1']:.1f}")
+    for key in ("enqueue_bulk_jobs_s", "enqueue_single_jobs_s", "drain_jobs_s", "drain_s", "startup_s",
+                "worker_cpu_s", "pg_cpu_s", "duplicate_starts", "not_completed"):
+        if key in result:
+            print(f"  {key:<22} {result[key]:>12,}")
+
+
+if __name__ == "__main__":
+    main()
