@@ -13,6 +13,7 @@ lease to the pool's return.  A figure, not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -60,7 +61,7 @@ def open_backend(backend: str) -> Iterator[Any]:
         raise SystemExit(f"unknown backend {backend!r}")
 
 
-def run(backend: str, jobs: int, concurrency: int, batch: int) -> dict[str, float]:
+def run(backend: str, jobs: int, concurrency: int, batch: int, single_jobs: int = 0) -> dict[str, float]:
     with open_backend(backend) as app:
         app.handler("bench.noop")(lambda payload: None)
         requests = [EnqueueRequest("bench.noop", {"i": i}) for i in range(jobs)]
@@ -76,11 +77,17 @@ def run(backend: str, jobs: int, concurrency: int, batch: int) -> dict[str, floa
         counts = app.counts()
         if counts[JobStatus.COMPLETED] != jobs:
             print(f"  warning: {counts[JobStatus.COMPLETED]} of {jobs} completed ({dict(counts)}, {stats})", file=sys.stderr)
-    return {
-        "enqueue_per_s": jobs / enqueue_seconds,
-        "drain_per_s": jobs / drain_seconds,
-        "drain_s": drain_seconds,
-    }
+        figures = {
+            "enqueue_per_s": jobs / enqueue_seconds,
+            "drain_per_s": jobs / drain_seconds,
+            "drain_s": drain_seconds,
+        }
+        if single_jobs:  # one enqueue call per job, no worker running
+            started = time.perf_counter()
+            for i in range(single_jobs):
+                app.enqueue("bench.noop", {"i": i})
+            figures["single_per_s"] = single_jobs / (time.perf_counter() - started)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,10 +101,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--concurrency", type=int, default=4, help="worker threads (default 4)")
     parser.add_argument("--batch", type=int, default=1000, help="enqueue_many batch size (default 1000)")
+    parser.add_argument("--single-jobs", type=int, default=0, help="also time this many single enqueue calls (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON line per backend instead of a table")
     args = parser.parse_args(argv)
     backends = args.backend or ["memory", "sqlite"]
     if "all" in backends:
         backends = ["memory", "sqlite", "postgres"]
+    if args.json:
+        for backend in backends:
+            figures = run(backend, args.jobs, args.concurrency, args.batch, args.single_jobs)
+            print(json.dumps({"backend": backend, "concurrency": args.concurrency, "jobs": args.jobs, **figures}))
+        return
     print(
         f"tether drain bench: {args.jobs:,} no-op jobs, {args.concurrency} worker threads, "
         f"enqueue_many batches of {args.batch}; Python {platform.python_version()} on {platform.machine()}, "
@@ -105,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"{'backend':<10} {'bulk enqueue jobs/s':>20} {'drain jobs/s':>14} {'drain s':>9}")
     for backend in backends:
-        figures = run(backend, args.jobs, args.concurrency, args.batch)
+        figures = run(backend, args.jobs, args.concurrency, args.batch, args.single_jobs)
         print(f"{backend:<10} {figures['enqueue_per_s']:>20,.0f} {figures['drain_per_s']:>14,.0f} {figures['drain_s']:>9.2f}")
 
 
