@@ -24,6 +24,13 @@ The repository is the source of truth; Redis only carries "look at job N".  The 
   applies per stream) are handed back: re-added to their stream and acknowledged.
   Acknowledgements of leased entries are sent by a background thread, so the worker gets its
   jobs without waiting for the XACK round trip.
+* **Backlog mode**: when a read fills ``limit`` (more entries are probably waiting), the next
+  ``acquire`` first leases straight from the repository (``repository.lease``, as polling does)
+  and returns what it got without touching Redis; for each job leased that way the background
+  thread later reads and acknowledges one entry of that job's queue (one entry buys one lease;
+  what is not there then is not carried over).  The first lease that finds nothing ends backlog
+  mode and the worker blocks on the streams again.  This keeps a draining worker at polling's
+  speed instead of paying a Redis round trip per lease.
 * **Pending entries of dead consumers** (in the sweep pass): ``XAUTOCLAIM <stream> <group>
   <consumer> <claim_idle ms> 0-0 COUNT 100`` moves entries idle longer than ``claim_idle`` to this
   consumer, which acknowledges them; ids of entries whose message was trimmed or deleted
@@ -112,6 +119,8 @@ UNSEEN_RETRY_START = 0.01
 SWEEP_LIMIT = 1000
 #: At most this many pending entries are claimed per stream per maintain (XAUTOCLAIM COUNT x rounds).
 CLAIM_COUNT, CLAIM_ROUNDS = 100, 10
+#: The background acknowledger waits this long (seconds) after being woken, to batch its XACKs.
+ACK_COALESCE = 0.01
 #: At most this many future jobs wait on this process's local timer (the sweep covers the rest).
 TIMER_LIMIT = 10_000
 #: Seconds to wait for a TCP connection to Redis.
@@ -301,6 +310,8 @@ class RedisStreamsDispatcher(Dispatcher):
         self._held: list[HeldEntry] = []
         self._deferred_acks: dict[str, list[str]] = {}
         self._ack_wanted = threading.Event()
+        self._backlog: dict[tuple[str, ...] | None, bool] = {}
+        self._debts: dict[str, int] = {}
         self._acker: threading.Thread | None = None
         self._timers: list[tuple[datetime, int, str]] = []
         self._blocked: dict[int, BlockingSession] = {}
@@ -520,6 +531,15 @@ class RedisStreamsDispatcher(Dispatcher):
                     return jobs
                 self._sleep(min(remaining, max(self._down_until - now, 0.005)), generation)
                 continue
+            backlog_key = None if names is None else tuple(names)
+            if self._backlog.get(backlog_key):
+                jobs = self._repository.lease(
+                    queues=names, worker_id=worker_id, now=self._clock.now(), lease_timeout=lease_timeout, limit=limit
+                )
+                if jobs:
+                    self._owe(jobs)
+                    return jobs
+                self._backlog[backlog_key] = False
             try:
                 streams = [self._keys.stream(q) for q in (names if names is not None else sorted(self._known_queues()))]
                 if not streams:
@@ -543,6 +563,8 @@ class RedisStreamsDispatcher(Dispatcher):
             self._record_success()
             if entries:
                 jobs = self._take(entries, worker_id, limit, lease_timeout)
+                if len(entries) >= limit and len(jobs) >= limit:
+                    self._backlog[backlog_key] = True  # more entries are probably waiting behind these
                 if jobs:
                     return jobs
 
@@ -704,11 +726,48 @@ class RedisStreamsDispatcher(Dispatcher):
             # Unacknowledged entries stay pending; maintain() claims and acknowledges them later.
             self._record_failure(exc)
 
+    def _owe(self, jobs: Sequence[Job]) -> None:
+        """Jobs leased straight from the repository in backlog mode: retire as many entries of their
+        queues' streams in the background (one entry buys one lease, see :meth:`_take`)."""
+        with self._lock:
+            for job in jobs:
+                self._debts[job.queue] = self._debts.get(job.queue, 0) + 1
+                if self._acker is None and not self._closed:
+                    self._acker = threading.Thread(target=self._ack_loop, name="tether-redis-acker", daemon=True)
+                    self._acker.start()
+        self._ack_wanted.set()
+
+    def _retire_debts(self) -> None:
+        """Read (without blocking) and acknowledge one entry per job leased in backlog mode.  Only
+        what is there now: a debt with no entry to retire is dropped, never carried over."""
+        with self._lock:
+            if not self._debts:
+                return
+            debts, self._debts = self._debts, {}
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            queues = sorted(debts)
+            for queue in queues:
+                pipe.xreadgroup(self._group, self._consumer, {self._keys.stream(queue): ">"}, count=debts[queue])
+            replies = pipe.execute(raise_on_error=False)
+            acks: dict[str, list[str]] = {}
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    continue  # NOGROUP and the like: nothing to retire there
+                for stream, entry_id, _ in _entries(reply):
+                    acks.setdefault(stream, []).append(entry_id)
+            self._finish(acks, [])
+        except redis.RedisError as exc:
+            self._record_failure(exc)
+
     def _ack_loop(self) -> None:
         while not self._closed:
             self._ack_wanted.wait()
+            if not self._closed:
+                time.sleep(ACK_COALESCE)  # gather what the next few leases add: one round trip for all
             self._ack_wanted.clear()
             self._flush_acks()
+            self._retire_debts()
 
     def _flush_acks(self) -> None:
         with self._lock:
@@ -889,7 +948,10 @@ class RedisStreamsDispatcher(Dispatcher):
 
     def _sweep(self, queues: Iterable[str], now: datetime) -> int:
         """Re-publish due jobs nobody took; returns how many were published."""
-        lagging = self._lagging_queues(sorted(queues))
+        known = sorted(queues)
+        lagging = self._lagging_queues(known)
+        if known and len(lagging) == len(known):
+            return 0  # every queue's consumers are behind: re-publishing now would only duplicate
         due = [j for j in self._repository.due_jobs(now=now, queues=None, limit=SWEEP_LIMIT) if j.queue not in lagging]
         per_queue: dict[str, int] = {}
         kept: list[Job] = []

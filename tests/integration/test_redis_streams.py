@@ -336,6 +336,7 @@ def test_nogroup_recreates_stream_and_group(r, repo, clock, make, loss):
     d.notify([second])
     got = collect(d, clock, 1)
     assert [j.id for j in got] == [second.id]
+    d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.3)  # reads Redis again
     assert [g["name"] for g in r.xinfo_groups(stream)] == [d.group]
 
 
