@@ -56,14 +56,15 @@ def clock_kind(database_url: str) -> str:
 
 
 def database_clock(repository: JobRepository) -> Clock:
-    """A :class:`~tether.adapters.sqlalchemy.clock.DatabaseClock` on ``repository``'s engine
-    (measured once now, then every 30 s)."""
+    """A :class:`~tether.adapters.sqlalchemy.clock.DatabaseClock` on the server of
+    ``repository``'s engine, with its own short connections (never one of the repository's
+    pool); measured once now, then every 30 s."""
     from tether.adapters.sqlalchemy.clock import DatabaseClock
 
     engine = getattr(repository, "engine", None)
     if engine is None:
         raise ConfigurationError(f"clock: {type(repository).__name__} has no SQL engine to read the database's clock from")
-    return DatabaseClock(engine)
+    return DatabaseClock.from_url(engine.url)
 
 
 def dispatcher_kind(redis_url: str | None) -> str:

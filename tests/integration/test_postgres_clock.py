@@ -177,6 +177,21 @@ def test_a_failed_refresh_keeps_the_offset_and_logs_at_a_bounded_rate(
         clock_engine.dispose()
 
 
+def test_from_url_keeps_no_connection_open_between_measurements(engine: Engine) -> None:
+    name = f"tether-clock-{RUN_ID}"
+    clock = DatabaseClock.from_url(DATABASE_URL, application_name=name, refresh_interval=300)
+    try:
+        assert clock.synced
+        assert abs((clock.now() - server_now(engine)).total_seconds()) < 1.0
+        with engine.connect() as conn:
+            open_now = conn.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"), {"n": name}
+            ).scalar_one()
+        assert open_now == 0
+    finally:
+        clock._engine.dispose()
+
+
 def test_first_measurement_failing_falls_back_to_the_wall_clock(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="tether.adapters.sqlalchemy.clock")
     nowhere = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
@@ -224,7 +239,7 @@ def test_connect_uses_the_database_clock_on_postgres_and_a_passed_clock_wins() -
     try:
         assert isinstance(app.clock, DatabaseClock)
         assert app.clock.synced
-        assert app.dispatcher is not None
+        assert abs((app.clock.now() - server_now(app.repository.engine)).total_seconds()) < 1.0  # type: ignore[attr-defined]
     finally:
         app.repository.drop_schema()  # type: ignore[attr-defined]
         app.close()

@@ -36,7 +36,9 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.pool import NullPool
 from tether.domain.errors import ConfigurationError
 from tether.domain.timeutil import UTC
 from tether.ports.clock import Clock
@@ -56,8 +58,9 @@ class DatabaseClock(Clock):
     """The database server's clock as a :class:`~tether.ports.clock.Clock` (PostgreSQL).
 
     Args:
-        engine: a SQLAlchemy engine on the server (e.g. the repository's ``engine``); a
-            measurement checks out one connection for :data:`SAMPLES` short statements.
+        engine: a SQLAlchemy engine on the server; a measurement checks out one connection for
+            :data:`SAMPLES` short statements (:meth:`from_url` makes an engine of its own, as the
+            container does).
         refresh_interval: seconds after which the offset is measured again (> 0; default 30).
         retry_interval: seconds before a failed measurement is tried again (> 0; default
             ``min(refresh_interval, 5)``).
@@ -100,6 +103,29 @@ class DatabaseClock(Clock):
         self._failures = 0
         self._last_warning = float("-inf")
         self.refresh()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | URL,
+        *,
+        refresh_interval: float = 30.0,
+        retry_interval: float | None = None,
+        connect_timeout: float = 5.0,
+        application_name: str = "tether-clock",
+    ) -> DatabaseClock:
+        """A clock with its own connections to ``url`` (``postgresql+psycopg://``), independent of
+        the repository's pool: a measurement never waits for a pooled connection held by a busy
+        worker, and no connection is kept open between measurements (one short connection per
+        ``refresh_interval``).  ``connect_timeout`` (seconds) bounds how long a measurement can
+        hold up its caller when the server is unreachable; the intervals as for the constructor.
+        """
+        engine = create_engine(
+            make_url(url),
+            poolclass=NullPool,
+            connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": application_name},
+        )
+        return cls(engine, refresh_interval=refresh_interval, retry_interval=retry_interval)
 
     # -- reading ---------------------------------------------------------------------------------
     def now(self) -> datetime:
