@@ -1,0 +1,75 @@
+"""A large bulk enqueue refreshes PostgreSQL's planner statistics, so leases on a freshly loaded
+queue use the lease-order index instead of reading and sorting every due row.  Own schema per
+run, dropped at the end."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.dialects import postgresql
+from tether.adapters.clock import FakeClock
+from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
+from tether.adapters.sqlalchemy import postgres as postgres_module
+from tether.adapters.sqlalchemy.schema import LEASABLE_INDEX
+from tether.domain.errors import TetherError
+from tether.domain.validation import prepare_job
+
+from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+
+pytestmark = pytest.mark.postgres
+SCHEMA = f"tether_test_{RUN_ID}_stats"
+
+
+@pytest.fixture
+def repo() -> Iterator[PostgresJobRepository]:
+    try:
+        repo = open_repository(DATABASE_URL, schema=SCHEMA)
+    except TetherError as error:
+        service_unavailable("PostgreSQL", str(error))
+        raise
+    assert isinstance(repo, PostgresJobRepository)
+    yield repo
+    repo.drop_schema()
+    repo.close()
+
+
+def _analyzed(repo: PostgresJobRepository) -> bool:
+    with repo.engine.connect() as conn:
+        count = conn.execute(
+            text("SELECT analyze_count FROM pg_stat_user_tables WHERE schemaname = :s AND relname = 'tether_jobs'"),
+            {"s": SCHEMA},
+        ).scalar_one()
+    return int(count) > 0
+
+
+def _lease_plan(repo: PostgresJobRepository, clock: FakeClock) -> str:
+    statement = repo._lease_template("all")
+    compiled = statement.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[attr-defined]
+    params = compiled.construct_params(
+        {"p_secret": secrets.token_hex(16), **repo._lease_params(None, "w", clock.now(), 60, 10)}
+    )
+    with repo.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        rows = raw.execute("EXPLAIN " + str(compiled), params).fetchall()
+        raw.rollback()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_a_large_bulk_enqueue_analyzes_the_table_and_the_lease_uses_the_lease_order_index(
+    repo: PostgresJobRepository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_module, "ANALYZE_AFTER_ROWS", 2_000)
+    clock = FakeClock()
+    repo.enqueue_many([prepare_job("t", {"i": i}, now=clock.now()) for i in range(1_500)], now=clock.now())
+    assert not _analyzed(repo)  # below the threshold: no ANALYZE yet
+    # 20,000 due rows: without statistics the planner reads and sorts them all for every lease
+    for _ in range(3):
+        repo.enqueue_many([prepare_job("t", {"i": i}, now=clock.now()) for i in range(6_000)], now=clock.now())
+    assert _analyzed(repo)  # past the threshold: analyzed (then not again within the interval)
+    plan = _lease_plan(repo, clock)
+    assert f"Index Scan using {LEASABLE_INDEX}" in plan, plan
+    assert "Sort" not in plan.split("LockRows")[-1], plan
