@@ -12,7 +12,7 @@ setting               flag                       environment variable    default
 ====================  =========================  ======================  =====================
 database_url          ``--database-url``         TETHER_DATABASE_URL     ``sqlite:///tether.db``
 redis_url             ``--redis-url``            TETHER_REDIS_URL        none (polling)
-schema                ``--schema``               TETHER_SCHEMA           none (PostgreSQL: ``tether``)
+schema                ``--schema``               TETHER_SCHEMA           none (search path: public)
 concurrency           ``--concurrency``          TETHER_CONCURRENCY      4 threads
 queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
 poll_interval         ``--poll-interval``        TETHER_POLL_INTERVAL    1.0 s

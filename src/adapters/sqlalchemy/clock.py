@@ -54,6 +54,16 @@ QUERY = "SELECT clock_timestamp()"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def _boot_time() -> float:
+    """Seconds since boot, counting time spent suspended (Linux ``CLOCK_BOOTTIME``)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+#: The default local source: monotonic and, where the OS offers it, still counting while the
+#: machine is suspended, so a resumed laptop or VM is not behind until the next measurement.
+LOCAL_SOURCE: Callable[[], float] = _boot_time if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+
+
 class DatabaseClock(Clock):
     """The database server's clock as a :class:`~tether.ports.clock.Clock` (PostgreSQL).
 
@@ -64,8 +74,8 @@ class DatabaseClock(Clock):
         refresh_interval: seconds after which the offset is measured again (> 0; default 30).
         retry_interval: seconds before a failed measurement is tried again (> 0; default
             ``min(refresh_interval, 5)``).
-        local: the local monotonic source, in seconds (default :func:`time.monotonic`); tests
-            inject a skewed one.
+        local: the local monotonic source, in seconds (default :data:`LOCAL_SOURCE`:
+            ``CLOCK_BOOTTIME`` on Linux, else :func:`time.monotonic`); tests inject a skewed one.
         wall: the local wall clock, in seconds since the epoch, used only until the first
             measurement succeeds (default :func:`time.time`).
 
@@ -81,7 +91,7 @@ class DatabaseClock(Clock):
         *,
         refresh_interval: float = 30.0,
         retry_interval: float | None = None,
-        local: Callable[[], float] = time.monotonic,
+        local: Callable[[], float] = LOCAL_SOURCE,
         wall: Callable[[], float] = time.time,
     ) -> None:
         if not refresh_interval > 0:
@@ -225,4 +235,4 @@ class DatabaseClock(Clock):
             )
 
 
-__all__ = ["LOG_EVERY", "QUERY", "SAMPLES", "DatabaseClock"]
+__all__ = ["LOCAL_SOURCE", "LOG_EVERY", "QUERY", "SAMPLES", "DatabaseClock"]
