@@ -32,7 +32,6 @@ import sysconfig
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +42,9 @@ from rich.table import Table
 from tether.domain.errors import ConfigurationError, PermanentError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
-from tether.domain.timeutil import UTC
 from tether.entrypoints.demo_tasks import PlannedFailure, ResultsFile, failure_plan, file_stats
 from tether.entrypoints.settings import check_redis_url, database_kind, redact_url
+from tether.ports.clock import Clock
 
 if TYPE_CHECKING:
     from tether.entrypoints.context import JobContext
@@ -205,11 +204,12 @@ class _Recorder:
             self.latencies.append(seconds)
 
 
-def make_handler(results: ResultsFile, recorder: _Recorder) -> Any:
-    """The ``demo.file_stats`` handler over ``results``; it records first-attempt start latency."""
+def make_handler(results: ResultsFile, recorder: _Recorder, clock: Clock) -> Any:
+    """The ``demo.file_stats`` handler over ``results``; it records first-attempt start latency,
+    measured on ``clock`` (the app's own, the one ``created_at`` came from)."""
 
     def file_stats_job(payload: dict[str, Any], ctx: "JobContext") -> None:
-        started = datetime.now(UTC)
+        started = clock.now()
         job = ctx.job
         if job.attempts == 1:
             recorder.first_start((started - job.created_at).total_seconds())
@@ -285,7 +285,7 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
         else None,
     )
     try:
-        app.handler(JOB_TYPE, queue=QUEUE, max_attempts=MAX_ATTEMPTS)(make_handler(results, recorder))
+        app.handler(JOB_TYPE, queue=QUEUE, max_attempts=MAX_ATTEMPTS)(make_handler(results, recorder, app.clock))
 
         plans: dict[str, Any] = {}
         requests = []
