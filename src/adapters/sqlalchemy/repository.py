@@ -23,7 +23,9 @@ the retry policy for transient storage errors.
 from __future__ import annotations
 
 import logging
+import math
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -72,6 +74,23 @@ from tether.domain.validation import validate_queue, validate_seconds, validate_
 from tether.ports.repository import JobRepository
 
 log = logging.getLogger("tether.adapters.sqlalchemy")
+
+#: Transient-error warnings are logged at most once per this many seconds (the rest at DEBUG),
+#: so an outage costs a bounded number of log lines however many threads retry.
+TRANSIENT_LOG_PERIOD = 1.0
+_transient_log_lock = threading.Lock()
+_transient_logged_at = -math.inf
+
+
+def _log_transient(message: str, *args: object) -> None:
+    """Log a retried transient error: WARNING at most once per :data:`TRANSIENT_LOG_PERIOD`, else DEBUG."""
+    global _transient_logged_at
+    now = time.monotonic()
+    with _transient_log_lock:
+        loud = now - _transient_logged_at >= TRANSIENT_LOG_PERIOD
+        if loud:
+            _transient_logged_at = now
+    log.log(logging.WARNING if loud else logging.DEBUG, message, *args)
 
 T = TypeVar("T")
 
@@ -240,8 +259,10 @@ class SqlAlchemyJobRepository(JobRepository):
                     raise self._translate(error, doing) from error
                 if attempt + 1 >= self.retry_attempts:
                     raise self._unavailable(error, doing) from error
-                log.warning("%s: transient error while trying to %s (attempt %d): %s", self.safe_url, doing, attempt + 1,
-                            str(getattr(error, "orig", error)).splitlines()[0] if str(error) else type(error).__name__)
+                _log_transient(
+                    "%s: transient error while trying to %s (attempt %d): %s", self.safe_url, doing, attempt + 1,
+                    str(getattr(error, "orig", error)).splitlines()[0] if str(error) else type(error).__name__,
+                )
                 self._sleep(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
