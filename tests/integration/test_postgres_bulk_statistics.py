@@ -73,3 +73,25 @@ def test_a_large_bulk_enqueue_analyzes_the_table_and_the_lease_uses_the_lease_or
     plan = _lease_plan(repo, clock)
     assert f"Index Scan using {LEASABLE_INDEX}" in plan, plan
     assert "Sort" not in plan.split("LockRows")[-1], plan
+
+
+def test_bulk_enqueue_stores_payloads_keys_and_times_exactly(repo: PostgresJobRepository) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+    payload = {"s": 'é\u2028"\\ 😀 \\u0000 \t\n', "n": [1, 2.5, None, True], "k": {"ü": "x"}}
+    jobs = [
+        prepare_job("a.b", payload, now=now, idempotency_key="ключ-😀"),
+        prepare_job("a.b", {"x": 1}, now=now, run_at=now + timedelta(microseconds=1), priority=-3, max_attempts=7),
+    ]
+    results = repo.enqueue_many(jobs, now=now)
+    for new_job, result in zip(jobs, results):
+        stored = repo.get(result.job.id)
+        assert result.created and result.job == stored
+        assert stored.payload_json == new_job.payload_json
+        assert (stored.scheduled_at, stored.created_at) == (new_job.scheduled_at, now)
+        assert (stored.idempotency_key, stored.priority, stored.max_attempts) == (
+            new_job.idempotency_key, new_job.priority, new_job.max_attempts)
+    assert results[0].job.payload == payload
+    again = repo.enqueue_many(jobs[:1], now=now)
+    assert not again[0].created and again[0].job.id == results[0].job.id

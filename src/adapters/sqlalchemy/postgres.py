@@ -43,6 +43,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import secrets
@@ -242,29 +243,49 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         return pg_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
 
     def _insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[Row[Any]]:
-        """Bulk insert as one statement over ``unnest`` of one array per column (any number of rows,
-        ten parameters), in input order so identities ascend with it; key conflicts skipped."""
+        """Bulk insert as one statement over the rows sent as one JSON array (``json_to_recordset``;
+        any number of rows, one parameter), in input order so identities ascend with it; key
+        conflicts skipped.
+
+        One JSON text instead of one PostgreSQL array per column: Python's C JSON encoder is
+        several times cheaper than dumping eight lists element by element.  Exact: payloads are
+        JSON strings holding the canonical text (no NUL: the domain rejects it), times are ISO
+        8601 with microseconds and offset.
+        """
         if not rows:
             return []
-        t = self.table
-        arrays = {
-            name: [row[name] for row in rows]
-            for name in ("job_type", "queue", "payload", "priority", "max_attempts", "scheduled_at", "created_at",
-                         "idempotency_key")
-        }
-        statement = text(
-            f"INSERT INTO {self._qualified_table} (job_type, queue, payload, priority, status, attempts, max_attempts, "
-            "scheduled_at, created_at, idempotency_key) "
-            "SELECT u.job_type, u.queue, u.payload, u.priority, 'queued', 0, u.max_attempts, u.scheduled_at, "
-            "u.created_at, u.idempotency_key "
-            "FROM unnest(CAST(:job_type AS text[]), CAST(:queue AS text[]), CAST(:payload AS text[]), "
-            "CAST(:priority AS integer[]), CAST(:max_attempts AS integer[]), CAST(:scheduled_at AS timestamptz[]), "
-            "CAST(:created_at AS timestamptz[]), CAST(:idempotency_key AS text[])) "
-            "WITH ORDINALITY AS u(job_type, queue, payload, priority, max_attempts, scheduled_at, created_at, "
-            "idempotency_key, n) ORDER BY u.n "
-            "ON CONFLICT (idempotency_key) DO NOTHING RETURNING *"
-        ).columns(*t.c)
-        return list(conn.execute(statement, arrays).all())
+        statement = self._statements.get("insert_json")
+        if statement is None:
+            statement = text(
+                f"INSERT INTO {self._qualified_table} (job_type, queue, payload, priority, status, attempts, "
+                "max_attempts, scheduled_at, created_at, idempotency_key) "
+                "SELECT u.job_type, u.queue, u.payload, u.priority, 'queued', 0, u.max_attempts, u.scheduled_at, "
+                "u.created_at, u.idempotency_key "
+                "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (job_type text, queue text, payload text, "
+                "priority integer, max_attempts integer, scheduled_at timestamptz, created_at timestamptz, "
+                "idempotency_key text)) WITH ORDINALITY AS u(job_type, queue, payload, priority, max_attempts, "
+                "scheduled_at, created_at, idempotency_key, n) ORDER BY u.n "
+                "ON CONFLICT (idempotency_key) DO NOTHING RETURNING *"
+            ).columns(*self.table.c)
+            self._statements["insert_json"] = statement
+        document = json.dumps(
+            [
+                {
+                    "job_type": row["job_type"],
+                    "queue": row["queue"],
+                    "payload": row["payload"],
+                    "priority": row["priority"],
+                    "max_attempts": row["max_attempts"],
+                    "scheduled_at": row["scheduled_at"].isoformat(),
+                    "created_at": row["created_at"].isoformat(),
+                    "idempotency_key": row["idempotency_key"],
+                }
+                for row in rows
+            ],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        return list(conn.execute(statement, {"rows": document}).all())
 
     _complete_rows_single = True
 
