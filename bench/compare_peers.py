@@ -46,10 +46,14 @@ def configs(args: argparse.Namespace) -> dict[str, tuple[str, list[list[str]]]]:
             commands.append([args.peer_python, path, *single, *extra])
         return "peer", commands
 
+    tether_pg = {
+        f"tether-pg c={c}": ("tether", [[me, os.path.join(HERE, "pg_drain.py"), "--json", "--jobs", str(args.jobs),
+                                          "--workers", str(args.workers), "--concurrency", str(c),
+                                          "--single-jobs", str(args.single_jobs)]])
+        for c in args.pg_concurrency
+    }
     return {
-        "tether-pg": ("tether", [[me, os.path.join(HERE, "pg_drain.py"), "--json", "--jobs", str(args.jobs),
-                                  "--workers", str(args.workers), "--concurrency", str(args.concurrency),
-                                  "--single-jobs", str(args.single_jobs)]]),
+        **tether_pg,
         "tether-memory": ("tether", [[me, os.path.join(HERE, "drain.py"), "--json", "--backend", "memory",
                                       "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
                                       "--single-jobs", str(args.single_jobs)]]),
@@ -116,15 +120,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=20_000, help="w1 jobs (default 20000)")
     parser.add_argument("--single-jobs", type=int, default=2_000, help="single-enqueue jobs (default 2000)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes in w1 (default 2)")
-    parser.add_argument("--concurrency", type=int, default=32, help="Tether threads per worker process (default 32)")
-    parser.add_argument("--only", nargs="*", help="labels to run (default: all)")
+    parser.add_argument("--concurrency", type=int, default=32, help="Tether threads for memory/SQLite (default 32)")
+    parser.add_argument("--pg-concurrency", type=int, nargs="+", default=[32],
+                        help="Tether threads per PostgreSQL worker process; one row each (default 32)")
+    parser.add_argument("--only", nargs="*", help="labels to run (default: all); 'tether-pg' selects every tether-pg row")
     parser.add_argument("--peerbench", default=PEERBENCH)
     parser.add_argument("--peer-python", default=PEER_PYTHON)
     parser.add_argument("--limit", type=float, default=240.0, help="kill one run after this many seconds")
     parser.add_argument("--out", help="append every raw JSON line here")
     args = parser.parse_args(argv)
     table = configs(args)
-    labels = [label for label in table if not args.only or label in args.only]
+    labels = [label for label in table if not args.only or label in args.only
+              or (label.startswith("tether-pg") and "tether-pg" in args.only)]
     collected: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
     for round_no in range(args.rounds):
         order = labels[round_no % len(labels):] + labels[: round_no % len(labels)]
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
 
     reference = median("pgqueuer-asyncpg", "drain")
     print(f"\nSame-run comparison: {args.jobs:,} no-op jobs, w1 with {args.workers} worker processes "
-          f"(Tether {args.concurrency} threads each, async peers 10 in flight each), {args.rounds} round(s), "
+          f"(Tether c threads each, async peers 10 in flight each), {args.rounds} round(s), "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}\n")
     print("| config | bulk enqueue /s | single enqueue /s | drain /s | drain vs pgqueuer asyncpg | worker CPU s | PG CPU s |")
     print("|---|---|---|---|---|---|---|")
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> None:
         ratio = f"{drain / reference:.2f}x" if drain and reference and not label.startswith("tether-memory") else "—"
         print(f"| {label} | {cell(median(label, 'bulk'))} | {cell(median(label, 'single'))} | {cell(drain)} | {ratio} "
               f"| {cell(median(label, 'worker_cpu_s'), 1)} | {cell(median(label, 'pg_cpu_s'), 1)} |")
-    print("\ntether-memory and tether-sqlite: one process (bench/drain.py); tether-pg: bench/pg_drain.py.")
+    print(f"\ntether-memory and tether-sqlite: one process, {args.concurrency} threads (bench/drain.py); "
+          "tether-pg c=N: bench/pg_drain.py, N threads per worker process.")
 
 
 if __name__ == "__main__":

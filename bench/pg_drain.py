@@ -58,7 +58,11 @@ def worker_main(args: argparse.Namespace) -> None:
         os.write(fd, (MARK % (payload["i"], time.time())).encode())
 
     pool = app.worker(concurrency=args.concurrency, max_wait=0.5, reap_interval=60.0, drain_timeout=5.0)
-    pool.run(install_signal_handlers=True)
+    stats = pool.run(install_signal_handlers=True)
+    batcher = getattr(pool, "_completions", None)
+    if args.verbose and batcher is not None:
+        print(f"worker {os.getpid()}: {stats}; completion flushes {batcher.flushes}, mean batch "
+              f"{batcher.items / max(batcher.flushes, 1):.1f}", file=sys.stderr)
     app.close()
 
 
@@ -128,7 +132,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pg_cpu_before = _postgres_cpu_seconds()
             spawn = time.time()
             command = [sys.executable, os.path.abspath(__file__), "--worker", "--database-url", args.database_url,
-                       "--concurrency", str(args.concurrency), "--marks", marks]
+                       "--concurrency", str(args.concurrency), "--marks", marks] + (["--verbose"] if args.verbose else [])
             if schema:
                 command += ["--schema", schema]
             procs = [subprocess.Popen(command) for _ in range(args.workers)]
@@ -182,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--single-jobs", type=int, default=2000, help="jobs for the single-enqueue step (0: skip)")
     parser.add_argument("--timeout", type=float, default=170.0, help="give up the drain after this many seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
+    parser.add_argument("--verbose", action="store_true", help="workers print their stats and completion batch sizes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--schema", help=argparse.SUPPRESS)
     parser.add_argument("--marks", help=argparse.SUPPRESS)
