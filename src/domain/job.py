@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 
-class JobStatus(str, enum.Enum):
+class JobStatus(enum.StrEnum):
     """Where a job is in its life.
 
     queued -> running -> completed | retrying | dead; retrying -> running; a running job released

@@ -68,3 +68,11 @@ def test_micros_sort_like_instants() -> None:
     a, b = T0, T0 + timedelta(microseconds=1)
     assert to_micros(a) < to_micros(b)
     assert to_micros(T0) == 1_767_225_600_000_000
+
+
+def test_a_status_prints_as_its_value() -> None:
+    from tether.domain.job import JobStatus
+
+    assert f"{JobStatus.DEAD}" == "dead"
+    assert str(JobStatus.RETRYING) == "retrying"
+    assert JobStatus("queued") is JobStatus.QUEUED
