@@ -141,6 +141,14 @@ RedisUrl = Annotated[
         help="Redis URL for Redis Streams dispatch. [default: none, poll the database]",
     ),
 ]
+RedisPrefix = Annotated[
+    Optional[str],
+    typer.Option(
+        "--redis-prefix",
+        envvar=env_name("redis_prefix"),
+        help="Key prefix of the Redis streams; the same as the workers'. [default: tether]",
+    ),
+]
 Schema = Annotated[
     Optional[str],
     typer.Option("--schema", envvar=env_name("schema"), help="Database schema holding Tether's tables (PostgreSQL)."),
@@ -257,11 +265,12 @@ def enqueue(
     ] = None,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
     """Enqueue one job."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
     value = parse_payload(payload)
     when = parse_run_at(run_at)
     # Check every field before the store is opened, so bad input leaves no file behind.
@@ -311,13 +320,14 @@ def jobs_list(
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many jobs first.")] = 0,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
     """List jobs by ascending id, with counts by status."""
     from tether.domain.validation import validate_queue
 
-    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
     if queue is not None:
         validate_queue(queue)
     with _open(settings) as tether_app:
@@ -360,11 +370,12 @@ def jobs_show(
     job_id: Annotated[int, typer.Argument(help="The job's id.")],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
     """Show one job in full."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
     with _open(settings) as tether_app:
         job = tether_app.get(job_id)
     data = job_to_dict(job)
@@ -386,10 +397,11 @@ def retry(
     job_id: Annotated[int, typer.Argument(help="The id of a dead job.")],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
     schema: Schema = None,
 ) -> None:
     """Put a dead job back in its queue (attempts start again from 0)."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
     with _open(settings) as tether_app:
         job = tether_app.retry(job_id)
     _stdout().print(f"job {job.id} is {job.status.value} again on queue {job.queue}")
@@ -402,13 +414,14 @@ def purge(
     ],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
     schema: Schema = None,
 ) -> None:
     """Delete finished (completed and dead) jobs; their idempotency keys become free again."""
     from tether.domain.validation import validate_seconds
 
     seconds = validate_seconds(older_than, "older_than")
-    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
     with _open(settings) as tether_app:
         deleted = tether_app.purge(timedelta(seconds=seconds))
     _stdout().print(f"purged {deleted} finished job(s) older than {seconds:g} s")
@@ -418,10 +431,11 @@ def purge(
 def reap(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
     schema: Schema = None,
 ) -> None:
     """Take back running jobs whose lease expired (workers do this on their own every reap interval)."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
     with _open(settings) as tether_app:
         jobs = tether_app.reap()
     retrying = sum(1 for job in jobs if job.status is JobStatus.RETRYING)

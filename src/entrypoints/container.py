@@ -207,6 +207,8 @@ def from_settings(settings: Settings, **options: Any) -> Tether:
     payload limit); ``options`` as for :func:`connect` (``clock``, ``retry_policy``, ...)."""
     options.setdefault("poll_interval", settings.poll_interval)
     options.setdefault("max_payload_bytes", settings.max_payload_bytes)
+    if settings.redis_url is not None:
+        options["redis_options"] = {"prefix": settings.redis_prefix, **(options.get("redis_options") or {})}
     return connect(settings.database_url, redis_url=settings.redis_url, schema=settings.schema, **options)
 
 

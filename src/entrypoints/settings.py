@@ -12,6 +12,7 @@ setting               flag                       environment variable    default
 ====================  =========================  ======================  =====================
 database_url          ``--database-url``         TETHER_DATABASE_URL     ``sqlite:///tether.db``
 redis_url             ``--redis-url``            TETHER_REDIS_URL        none (polling)
+redis_prefix          (none)                     TETHER_REDIS_PREFIX     ``tether``
 schema                ``--schema``               TETHER_SCHEMA           none (search path: public)
 concurrency           ``--concurrency``          TETHER_CONCURRENCY      4 threads
 queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
@@ -176,6 +177,13 @@ def _seconds(*, allow_zero: bool = False, optional: bool = False) -> Any:
     return check
 
 
+def _redis_prefix(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    try:
+        validate_queue(value, "redis_prefix")
+    except ValidationError as error:
+        raise InvalidSetting("redis_prefix", error.problem.replace("queue name", "key prefix")) from None
+
+
 def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is None:
         return
@@ -212,6 +220,8 @@ class Settings:
     Attributes:
         database_url: ``memory://``, ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``.
         redis_url: ``redis://host:6379/0`` to dispatch through Redis Streams; None polls the database.
+        redis_prefix: the Redis key prefix (and hash tag) of the streams; producers and workers
+            of one application must use the same one.
         schema: database schema (PostgreSQL) holding Tether's tables; None for the adapter's default.
         concurrency: worker threads (1-1024).
         queues: the queues a worker leases from; None for all.
@@ -229,6 +239,7 @@ class Settings:
 
     database_url: str = attrs.field(default=DEFAULT_DATABASE_URL, validator=_database_url)
     redis_url: str | None = attrs.field(default=None, validator=_redis_url)
+    redis_prefix: str = attrs.field(default="tether", validator=_redis_prefix)
     schema: str | None = attrs.field(default=None, validator=_schema)
     concurrency: int = attrs.field(default=4, validator=_int_between(1, MAX_CONCURRENCY))
     queues: tuple[str, ...] | None = attrs.field(default=None, converter=_to_queues, validator=_queues)

@@ -122,3 +122,12 @@ def test_redact_url(url: str, shown: str) -> None:
 )
 def test_database_kind(url: str, kind: str) -> None:
     assert database_kind(url) == kind
+
+
+def test_redis_prefix_defaults_to_tether_and_is_validated() -> None:
+    assert Settings().redis_prefix == "tether"
+    assert Settings.load(environ={"TETHER_REDIS_PREFIX": "shop"}).redis_prefix == "shop"
+    with pytest.raises(InvalidSetting) as raised:
+        Settings(redis_prefix="a b")
+    assert raised.value.setting == "redis_prefix"
+    assert "TETHER_REDIS_PREFIX" in str(raised.value)
