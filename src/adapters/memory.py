@@ -59,6 +59,9 @@ class InMemoryJobRepository(JobRepository):
         self._ready: dict[str, list[tuple[int, datetime, int]]] = {}
         self._running: set[int] = set()
 
+    def __repr__(self) -> str:
+        return f"InMemoryJobRepository(jobs={len(self._jobs)})"
+
     # -- internals ---------------------------------------------------------------------------
     def _store(self, job: Job) -> None:
         """Write ``job`` and keep the indexes in step (called with the lock held)."""
