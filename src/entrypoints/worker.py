@@ -565,6 +565,17 @@ class WorkerPool:
         counter = _COUNTERS.get(result.outcome)
         if counter is not None and not entry.deferred:  # a deferred completion is counted when written
             self._count(counter)
+        if result.outcome is Outcome.RETRYING:
+            self._announce_retry(result.job)
+
+    def _announce_retry(self, job: Job) -> None:
+        """Tell the dispatcher about a job now ``retrying`` so it can be woken when its backoff
+        ends (Redis Streams publishes it then) instead of at the next sweep; never raises."""
+        try:
+            self.dispatcher.notify([job])
+        except Exception:  # noqa: BLE001 - a lost notification costs latency, never the job
+            self._ratelog("notify", logging.WARNING, "could not tell the dispatcher about retrying job %d", job.id,
+                              exc_info=True)
 
     def _defer_complete(self, entry: _Running) -> bool:
         """Hand the job's completion to the batcher; False when it is closed (write it here)."""

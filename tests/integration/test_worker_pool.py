@@ -548,3 +548,37 @@ def test_c02_the_old_holders_failure_changes_nothing_of_the_new_lease() -> None:
     assert after.attempts == 2 and after.last_error is not None and after.last_error.startswith("LeaseExpired:")
     assert (stats.failed, stats.dead, stats.lease_lost) == (0, 0, 1)
     assert repo.lease(queues=None, worker_id="worker-c", now=clock.now(), lease_timeout=900) == []
+
+
+class _RecordingDispatcher(PollingDispatcher):
+    """A polling dispatcher that remembers every job it was told about."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.notified: list[Job] = []
+
+    def notify(self, jobs) -> None:  # type: ignore[no-untyped-def]
+        self.notified.extend(jobs)
+        super().notify(jobs)
+
+
+def test_a_retrying_job_is_announced_to_the_dispatcher_with_its_retry_time() -> None:
+    repo, clock = InMemoryJobRepository(), SystemClock()
+    dispatcher = _RecordingDispatcher(repo, clock, poll_interval=0.05)
+    app = Tether(repo, dispatcher, clock, retry_policy=FAST)
+    attempts: list[int] = []
+
+    @app.handler("flaky")
+    def flaky(payload: dict, ctx: JobContext) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("first try fails")
+
+    job = app.enqueue("flaky", {}).job
+    run_until_idle(app, concurrency=1)
+    assert attempts == [1, 2]
+    retrying = [j for j in dispatcher.notified if j.status is JobStatus.RETRYING]
+    assert [(j.id, j.attempts) for j in retrying] == [(job.id, 1)]
+    # the announced job carries its backoff: due 0.05 s (FAST, no jitter) after it failed
+    assert retrying[0].scheduled_at > job.created_at
+    assert app.get(job.id).status is JobStatus.COMPLETED
