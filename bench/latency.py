@@ -247,7 +247,11 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=300)
     p.add_argument("--interval", type=float, default=0.02, help="seconds between two enqueues")
     p.add_argument("--poll-interval", type=float, default=1.0, help="polling dispatcher's longest idle wait (s)")
-    p.add_argument("--redis-url", default=os.environ.get("TETHER_TEST_REDIS_URL", DEFAULT_REDIS))
+    # No default here: the worker role must use Redis exactly when the driver passes --redis-url
+    # (the polling runs pass none); a default would make a polling run's worker read Redis Streams
+    # that nobody publishes to, so it found jobs only at the dispatcher's sweep, seconds late.
+    p.add_argument("--redis-url", help=f"Redis for the redis dispatcher (driver default: "
+                   f"$TETHER_TEST_REDIS_URL or {DEFAULT_REDIS}; worker: none unless given)")
     p.add_argument("--peers", action="store_true", help="also run peerbench's Redis floor and saq (same session)")
     # worker role only
     p.add_argument("--db-url")
@@ -258,6 +262,8 @@ def main() -> None:
     if args.role == "worker":
         worker_main(args)
         return
+    if args.redis_url is None:
+        args.redis_url = os.environ.get("TETHER_TEST_REDIS_URL", DEFAULT_REDIS)
 
     print(f"# latency: {args.jobs} jobs, {args.interval * 1000:.0f} ms apart, 1 idle worker; "
           f"python {platform.python_version()}, {os.cpu_count()} CPUs")
