@@ -332,8 +332,10 @@ class WorkerPool:
                     break
                 self._lock.wait(min(remaining, 0.1))
             leftovers = list(self._running.values())
+            cut_short = self._cut_drain.is_set() or self._signals != signals_at_stop
+        reason = "drain ended early by a second stop request" if cut_short else "drain deadline passed"
         for entry in leftovers:
-            self._release(entry)
+            self._release(entry, reason)
         for _ in range(self.concurrency):
             self._inbox.put(None)
         self._heartbeat_stop.set()
@@ -657,8 +659,9 @@ class WorkerPool:
                 logger.exception("worker %s: %s of job %s failed; the reaper will take the job back", self.worker_id, what, job.id)
                 return None
 
-    def _release(self, entry: _Running) -> None:
-        """Past the drain deadline: cancel the handler and hand the job back under the fence."""
+    def _release(self, entry: _Running, reason: str = "drain deadline passed") -> None:
+        """Past the drain deadline (or when the drain was cut short, as ``reason`` says): cancel
+        the handler and hand the job back under the fence."""
         with entry.lock:
             if entry.finishing or entry.released:
                 return
@@ -677,7 +680,7 @@ class WorkerPool:
                 )
                 return
         self._count("released")
-        logger.warning("worker %s: drain deadline passed; job %s cancelled and released back to its queue", self.worker_id, entry.job.id)
+        logger.warning("worker %s: %s; job %s cancelled and released back to its queue", self.worker_id, reason, entry.job.id)
 
     def _release_unstarted(self, job: Job) -> None:
         if job.lease_token is None:  # pragma: no cover - a dispatcher only returns leased jobs

@@ -11,6 +11,7 @@ process and waits for it to exit.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -115,7 +116,8 @@ def test_stop_before_the_deadline_when_everything_finishes() -> None:
     assert (stats.completed, stats.released) == (1, 0)
 
 
-def test_a_second_signal_ends_the_drain_at_once() -> None:
+def test_a_second_signal_ends_the_drain_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="tether.worker")
     app = make_app()
     gate = threading.Event()
 
@@ -138,6 +140,8 @@ def test_a_second_signal_ends_the_drain_at_once() -> None:
     assert not runner.is_alive()
     assert app.get(job.id).status is JobStatus.QUEUED
     assert result[0].released == 1  # type: ignore[attr-defined]
+    released = [r.getMessage() for r in caplog.records if "released back to its queue" in r.getMessage()]
+    assert len(released) == 1 and "drain ended early by a second stop request" in released[0]
 
 
 CHILD = textwrap.dedent(
