@@ -58,6 +58,38 @@ def _check(value: Any, path: str, depth: int) -> None:
     raise PayloadError(path, f"is a {type(value).__name__}, which JSON cannot carry (use str, int, float, bool, None, list or dict)")
 
 
+#: The canonical encoder (the settings of the module docstring), built once: ``json.dumps`` with
+#: keyword arguments builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: Types whose values need no walk: the encoder itself refuses NaN/Infinity (``allow_nan``), and a
+#: NUL in a string or key shows in the text as ``\u0000``.
+_LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def _plainly_valid(value: Any, depth: int) -> bool:
+    """True when ``value`` is made only of exact dicts with exact-str keys, exact lists and leaf
+    types, nested at most :data:`MAX_DEPTH` deep: what :func:`_check` would accept, NaN and NUL
+    aside.  False means "not sure": :func:`_check` then gives the verdict (and the path)."""
+    kind = type(value)
+    if kind in _LEAF_TYPES:
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            if type(item) not in _LEAF_TYPES and not _plainly_valid(item, depth + 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if type(item) not in _LEAF_TYPES and not _plainly_valid(item, depth + 1):
+                return False
+        return True
+    return False
+
+
 def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Validate ``payload`` and return its canonical JSON text.
 
@@ -68,9 +100,19 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     Raises:
         PayloadError: naming the path of the offending value (``payload.items[2]``) and why.
     """
-    _check(payload, "payload", 0)
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    size = len(text.encode("utf-8"))
+    # Fast path: one cheap type walk, then the C encoder.  Whenever something looks off (an odd
+    # type, a NaN the encoder refused, a possible NUL in the text) the full check runs and raises
+    # naming the path, exactly as if it had run first.
+    if not _plainly_valid(payload, 0):
+        _check(payload, "payload", 0)
+    try:
+        text = _ENCODER.encode(payload)
+    except ValueError:
+        _check(payload, "payload", 0)
+        raise
+    if "\\u0000" in text:  # a NUL, or a string holding a backslash then "u0000"
+        _check(payload, "payload", 0)
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise PayloadError("payload", f"is {size} bytes as canonical UTF-8 JSON; the limit is {max_bytes} bytes")
     return text

@@ -14,7 +14,7 @@ from tether.domain.errors import ValidationError
 from tether.domain.job import NewJob
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS
-from tether.domain.timeutil import ensure_utc
+from tether.domain.timeutil import UTC, ensure_utc
 
 #: Queue names become part of Redis keys and CLI arguments, so they are strict: 1-64 characters,
 #: starting with a letter or digit, then letters, digits, ``_``, ``-`` or ``.``.
@@ -28,22 +28,40 @@ IDEMPOTENCY_KEY_MAX_CHARS = 255
 WORKER_ID_MAX_CHARS = 200
 
 
+#: Exact-``str`` queue names and job types already found valid (bulk enqueue repeats a few names
+#: thousands of times); bounded, so odd callers cannot grow them without limit.
+_VALID_QUEUES: set[str] = set()
+_VALID_JOB_TYPES: set[str] = set()
+_VALID_CACHE_LIMIT = 1024
+
+
+def _remember(cache: set[str], value: str) -> None:
+    if type(value) is str and len(cache) < _VALID_CACHE_LIMIT:
+        cache.add(value)
+
+
 def validate_queue(queue: object, field: str = "queue") -> str:
     """Return ``queue`` if it matches :data:`QUEUE_PATTERN`, else raise ValidationError."""
+    if type(queue) is str and queue in _VALID_QUEUES:
+        return queue
     if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
         raise ValidationError(
             field,
             f"{queue!r} is not a queue name (1-64 of letters, digits, '_', '-', '.', starting with a letter or digit)",
         )
+    _remember(_VALID_QUEUES, queue)
     return queue
 
 
 def validate_job_type(job_type: object) -> str:
     """Return ``job_type`` if it matches :data:`JOB_TYPE_PATTERN`, else raise ValidationError."""
+    if type(job_type) is str and job_type in _VALID_JOB_TYPES:
+        return job_type
     if not isinstance(job_type, str) or not JOB_TYPE_PATTERN.fullmatch(job_type):
         raise ValidationError(
             "job_type", f"{job_type!r} is not a job type (1-200 of letters, digits, '_', '.', ':', '-')"
         )
+    _remember(_VALID_JOB_TYPES, job_type)
     return job_type
 
 
@@ -120,12 +138,19 @@ def prepare_job(
     Raises:
         ValidationError / PayloadError: naming the first bad field.
     """
-    now = ensure_utc(now, "now")
+    if not (type(now) is datetime and now.tzinfo is UTC):  # already aware UTC: ensure_utc would return it as is
+        now = ensure_utc(now, "now")
     job_type = validate_job_type(job_type)
     queue = validate_queue(queue)
-    priority = validate_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
-    attempts = validate_max_attempts(max_attempts)
-    key = validate_idempotency_key(idempotency_key)
+    # Exact ints in range and a missing key pass straight through (the common case in bulk);
+    # anything else goes to the full check, which raises naming the field.
+    if not (type(priority) is int and PRIORITY_MIN <= priority <= PRIORITY_MAX):
+        priority = validate_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
+    if type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        attempts = max_attempts
+    else:
+        attempts = validate_max_attempts(max_attempts)
+    key = None if idempotency_key is None else validate_idempotency_key(idempotency_key)
     if run_at is not None and delay is not None:
         raise ValidationError("run_at", "give run_at or delay, not both")
     if run_at is not None:

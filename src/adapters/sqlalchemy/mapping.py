@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from tether.domain.job import Job, JobStatus, NewJob
+from tether.domain.timeutil import UTC
+from tether.domain.transitions import create
 
 
 def row_to_job(row: Any) -> Job:
@@ -31,6 +33,49 @@ def row_to_job(row: Any) -> Job:
         last_error=m["last_error"],
         finished_at=m["finished_at"],
     )
+
+
+def _plain_utc(value: datetime) -> datetime:
+    """``value`` as the database hands a timestamp back: a plain ``datetime`` in UTC."""
+    if type(value) is datetime and value.tzinfo is UTC:
+        return value
+    value = value.astimezone(UTC)
+    return datetime(
+        value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC
+    )
+
+
+def inserted_job(new_job: NewJob, job_id: int, now: datetime) -> Job:
+    """The :class:`Job` that :func:`row_to_job` would give for the row just inserted from
+    ``new_job`` with id ``job_id`` at ``now`` (queued, no attempts), built without reading it back.
+
+    Every value is as the database returns it: plain ``str`` and ``int``, aware UTC datetimes
+    (text and ``timestamptz``/microsecond columns store these exactly).
+    """
+    n = new_job
+    if (
+        type(n.job_type) is str
+        and type(n.queue) is str
+        and type(n.payload_json) is str
+        and type(n.priority) is int
+        and type(n.max_attempts) is int
+        and (n.idempotency_key is None or type(n.idempotency_key) is str)
+        and type(n.scheduled_at) is datetime
+        and n.scheduled_at.tzinfo is UTC
+        and type(now) is datetime
+        and now.tzinfo is UTC
+    ):
+        return create(n, job_id=job_id, now=now)
+    plain = NewJob(
+        job_type=str(n.job_type),
+        queue=str(n.queue),
+        payload_json=str(n.payload_json),
+        priority=int(n.priority),
+        max_attempts=int(n.max_attempts),
+        scheduled_at=_plain_utc(n.scheduled_at),
+        idempotency_key=None if n.idempotency_key is None else str(n.idempotency_key),
+    )
+    return create(plain, job_id=job_id, now=_plain_utc(now))
 
 
 def new_job_values(new_job: NewJob, now: datetime) -> dict[str, Any]:
@@ -64,4 +109,4 @@ def job_state_values(job: Job) -> dict[str, Any]:
     }
 
 
-__all__ = ["job_state_values", "new_job_values", "row_to_job"]
+__all__ = ["inserted_job", "job_state_values", "new_job_values", "row_to_job"]

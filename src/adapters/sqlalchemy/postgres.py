@@ -242,50 +242,49 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
     def _insert_ignoring_key_conflicts(self) -> Any:
         return pg_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
 
-    def _insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[Row[Any]]:
+    def _insert_ids(self, conn: Connection, new_jobs: list[NewJob], now: datetime) -> list[tuple[int, str | None]]:
         """Bulk insert as one statement over the rows sent as one JSON array (``json_to_recordset``;
         any number of rows, one parameter), in input order so identities ascend with it; key
-        conflicts skipped.
+        conflicts skipped; ``(id, idempotency_key)`` of each row inserted (the caller builds the
+        jobs from ``new_jobs``, so nothing else comes back).
 
         One JSON text instead of one PostgreSQL array per column: Python's C JSON encoder is
         several times cheaper than dumping eight lists element by element.  Exact: payloads are
         JSON strings holding the canonical text (no NUL: the domain rejects it), times are ISO
-        8601 with microseconds and offset.
+        8601 with microseconds and offset; ``created_at`` (``now``, the same for every row) is one
+        parameter.
         """
-        if not rows:
+        if not new_jobs:
             return []
         statement = self._statements.get("insert_json")
         if statement is None:
             statement = text(
                 f"INSERT INTO {self._qualified_table} (job_type, queue, payload, priority, status, attempts, "
                 "max_attempts, scheduled_at, created_at, idempotency_key) "
-                "SELECT u.job_type, u.queue, u.payload, u.priority, 'queued', 0, u.max_attempts, u.scheduled_at, "
-                "u.created_at, u.idempotency_key "
-                "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (job_type text, queue text, payload text, "
-                "priority integer, max_attempts integer, scheduled_at timestamptz, created_at timestamptz, "
-                "idempotency_key text)) WITH ORDINALITY AS u(job_type, queue, payload, priority, max_attempts, "
-                "scheduled_at, created_at, idempotency_key, n) ORDER BY u.n "
-                "ON CONFLICT (idempotency_key) DO NOTHING RETURNING *"
-            ).columns(*self.table.c)
+                "SELECT u.t, u.q, u.p, u.r, 'queued', 0, u.m, u.s, CAST(:now AS timestamptz), u.k "
+                "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (t text, q text, p text, "
+                "r integer, m integer, s timestamptz, k text)) WITH ORDINALITY AS u(t, q, p, r, m, s, k, n) "
+                "ORDER BY u.n ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, idempotency_key"
+            )
             self._statements["insert_json"] = statement
+        now_iso = now.isoformat()
         document = json.dumps(
             [
                 {
-                    "job_type": row["job_type"],
-                    "queue": row["queue"],
-                    "payload": row["payload"],
-                    "priority": row["priority"],
-                    "max_attempts": row["max_attempts"],
-                    "scheduled_at": row["scheduled_at"].isoformat(),
-                    "created_at": row["created_at"].isoformat(),
-                    "idempotency_key": row["idempotency_key"],
+                    "t": new_job.job_type,
+                    "q": new_job.queue,
+                    "p": new_job.payload_json,
+                    "r": new_job.priority,
+                    "m": new_job.max_attempts,
+                    "s": now_iso if new_job.scheduled_at == now else new_job.scheduled_at.isoformat(),
+                    "k": new_job.idempotency_key,
                 }
-                for row in rows
+                for new_job in new_jobs
             ],
             ensure_ascii=False,
             separators=(",", ":"),
         )
-        return list(conn.execute(statement, {"rows": document}).all())
+        return [(job_id, key) for job_id, key in conn.execute(statement, {"rows": document, "now": now}).all()]
 
     _complete_rows_single = True
 

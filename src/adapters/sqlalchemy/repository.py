@@ -53,7 +53,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.orm import Session
 from tether.adapters.sqlalchemy import migrations
 from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
-from tether.adapters.sqlalchemy.mapping import job_state_values, new_job_values, row_to_job
+from tether.adapters.sqlalchemy.mapping import inserted_job, job_state_values, new_job_values, row_to_job
 from tether.adapters.sqlalchemy.migrations import build_version_table
 from tether.adapters.sqlalchemy.schema import build_jobs_table
 from tether.domain import transitions
@@ -432,18 +432,26 @@ class SqlAlchemyJobRepository(JobRepository):
                 "it may or may not have been stored (use an idempotency key to make enqueue safe to retry)"
             ) from unknown.cause
 
-    def _insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[Row[Any]]:
-        """Insert ``rows`` (keys unique among them), skipping key conflicts; the inserted rows.
+    def _insert_ids(self, conn: Connection, new_jobs: list[NewJob], now: datetime) -> list[tuple[int, str | None]]:
+        """Insert ``new_jobs`` (keys unique among them) created at ``now``, skipping key conflicts;
+        ``(id, idempotency_key)`` of each row inserted.
 
         Uses SQLAlchemy's "insertmanyvalues": multi-row INSERT statements of up to a page of rows.
         """
-        if not rows:
+        if not new_jobs:
             return []
         t = self.table
-        stmt = self._insert_ignoring_key_conflicts().returning(*t.c)
-        return list(conn.execute(stmt, rows).all())
+        stmt = self._statements.get("insert_ids")
+        if stmt is None:
+            stmt = self._statements["insert_ids"] = self._insert_ignoring_key_conflicts().returning(
+                t.c.id, t.c.idempotency_key
+            )
+        rows = conn.execute(stmt, [new_job_values(new_job, now) for new_job in new_jobs]).all()
+        return [(int(row[0]), row[1]) for row in rows]
 
     def _insert_many(self, conn: Connection, new_jobs: Sequence[NewJob], now: datetime) -> list[EnqueueResult]:
+        # Inserted rows are not read back: only their ids are, and each Job is built from its
+        # NewJob exactly as the row reads back (mapping.inserted_job).  Existing keys are read.
         t = self.table
         results: list[EnqueueResult | None] = [None] * len(new_jobs)
         first_of_key: dict[str, int] = {}
@@ -458,21 +466,21 @@ class SqlAlchemyJobRepository(JobRepository):
                 keyed.append(i)
         pending_keyed = keyed
         for _ in range(KEY_RACE_ROUNDS):
-            batch = sorted(plain + pending_keyed)  # input order, so ids ascend in input order
-            inserted = self._insert_rows(conn, [new_job_values(new_jobs[i], now) for i in batch])
+            batch = sorted(plain + pending_keyed) if pending_keyed else plain  # input order: ids ascend with it
+            inserted = self._insert_ids(conn, [new_jobs[i] for i in batch], now)
             # ids are handed out in row order, so the unkeyed rows map back by ascending id
-            unkeyed_rows = sorted((r for r in inserted if r.idempotency_key is None), key=lambda r: r.id)
-            if len(unkeyed_rows) != len(plain):
-                raise StorageUnavailable(f"{self.safe_url}: bulk insert returned {len(unkeyed_rows)} of {len(plain)} rows")
-            for i, plain_row in zip(plain, unkeyed_rows):
-                results[i] = EnqueueResult(row_to_job(plain_row), created=True)
+            unkeyed_ids = sorted(job_id for job_id, key in inserted if key is None)
+            if len(unkeyed_ids) != len(plain):
+                raise StorageUnavailable(f"{self.safe_url}: bulk insert returned {len(unkeyed_ids)} of {len(plain)} rows")
+            for i, job_id in zip(plain, unkeyed_ids):
+                results[i] = EnqueueResult(inserted_job(new_jobs[i], job_id, now), created=True)
             plain = []
-            by_key = {r.idempotency_key: r for r in inserted if r.idempotency_key is not None}
+            by_key = {key: job_id for job_id, key in inserted if key is not None}
             missing: list[int] = []
             for i in pending_keyed:
-                row = by_key.get(new_jobs[i].idempotency_key)
-                if row is not None:
-                    results[i] = EnqueueResult(row_to_job(row), created=True)
+                inserted_id = by_key.get(new_jobs[i].idempotency_key)  # type: ignore[arg-type]
+                if inserted_id is not None:
+                    results[i] = EnqueueResult(inserted_job(new_jobs[i], inserted_id, now), created=True)
                 else:
                     missing.append(i)
             if missing:
