@@ -252,7 +252,8 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         several times cheaper than dumping eight lists element by element.  Exact: payloads are
         JSON strings holding the canonical text (no NUL: the domain rejects it), times are ISO
         8601 with microseconds and offset; ``created_at`` (``now``, the same for every row) is one
-        parameter.
+        parameter, and so is ``scheduled_at`` where it equals ``now`` (the row leaves it out, as it
+        leaves out a missing idempotency key).
         """
         if not new_jobs:
             return []
@@ -261,29 +262,23 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
             statement = text(
                 f"INSERT INTO {self._qualified_table} (job_type, queue, payload, priority, status, attempts, "
                 "max_attempts, scheduled_at, created_at, idempotency_key) "
-                "SELECT u.t, u.q, u.p, u.r, 'queued', 0, u.m, u.s, CAST(:now AS timestamptz), u.k "
+                "SELECT u.t, u.q, u.p, u.r, 'queued', 0, u.m, COALESCE(u.s, CAST(:now AS timestamptz)), "
+                "CAST(:now AS timestamptz), u.k "
                 "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (t text, q text, p text, "
                 "r integer, m integer, s timestamptz, k text)) WITH ORDINALITY AS u(t, q, p, r, m, s, k, n) "
                 "ORDER BY u.n ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, idempotency_key"
             )
             self._statements["insert_json"] = statement
-        now_iso = now.isoformat()
-        document = json.dumps(
-            [
-                {
-                    "t": new_job.job_type,
-                    "q": new_job.queue,
-                    "p": new_job.payload_json,
-                    "r": new_job.priority,
-                    "m": new_job.max_attempts,
-                    "s": now_iso if new_job.scheduled_at == now else new_job.scheduled_at.isoformat(),
-                    "k": new_job.idempotency_key,
-                }
-                for new_job in new_jobs
-            ],
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
+        rows: list[dict[str, Any]] = []
+        for new_job in new_jobs:
+            row = {"t": new_job.job_type, "q": new_job.queue, "p": new_job.payload_json, "r": new_job.priority,
+                   "m": new_job.max_attempts}
+            if new_job.scheduled_at != now:  # absent (null): due at once, scheduled_at = now
+                row["s"] = new_job.scheduled_at.isoformat()
+            if new_job.idempotency_key is not None:  # absent: null
+                row["k"] = new_job.idempotency_key
+            rows.append(row)
+        document = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
         return [(job_id, key) for job_id, key in conn.execute(statement, {"rows": document, "now": now}).all()]
 
     _complete_rows_single = True
