@@ -69,7 +69,7 @@ from tether.domain.errors import (
 from tether.domain.failure import sanitize_text
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import new_lease_token
-from tether.domain.timeutil import ensure_utc
+from tether.domain.timeutil import UTC, ensure_utc
 from tether.domain.validation import validate_queue, validate_seconds, validate_worker_id
 from tether.ports.repository import JobRepository
 
@@ -511,7 +511,8 @@ class SqlAlchemyJobRepository(JobRepository):
         now = ensure_utc(now, "now")
         new_jobs = list(new_jobs)
         for new_job in new_jobs:
-            ensure_utc(new_job.scheduled_at, "scheduled_at")
+            if not (type(new_job.scheduled_at) is datetime and new_job.scheduled_at.tzinfo is UTC):  # else surely fine
+                ensure_utc(new_job.scheduled_at, "scheduled_at")
         if not new_jobs:
             return []
         conn = self._caller_connection(connection)
