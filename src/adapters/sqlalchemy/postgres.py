@@ -23,7 +23,8 @@
   commit makes ours return that job (case C10).  No unique-violation ever reaches a caller.
 - **Round trips**: a write that is one statement (lease, complete, fail, heartbeat, release,
   enqueue) runs as its own transaction (autocommit: no BEGIN/COMMIT round trips); bulk enqueue is
-  one ``INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO NOTHING RETURNING *``;
+  one ``INSERT ... SELECT FROM json_to_recordset(:rows) ... ON CONFLICT DO NOTHING RETURNING id,
+  idempotency_key`` (the jobs are built from the requests; only existing keys are read back);
   :meth:`complete_many` flushes many fenced completions in one ``UPDATE ... FROM unnest(ids,
   tokens)``, each still a compare-and-set with its own outcome.
 - **Connection loss**: the pool pings a connection on checkout when it sat idle for more than
