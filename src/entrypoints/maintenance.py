@@ -22,6 +22,7 @@ from tether.domain.errors import ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds
+from tether.entrypoints.ratelog import RateLimitedLog
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -146,7 +147,7 @@ class MaintenanceLoop:
         self.reaped = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._last_error_log = 0.0
+        self._ratelog = RateLimitedLog(logger)
 
     def start(self) -> None:
         self._thread.start()
@@ -158,10 +159,8 @@ class MaintenanceLoop:
             self._thread.join(timeout)
 
     def _log_error(self, what: str) -> None:
-        now = time.monotonic()
-        if now - self._last_error_log >= 1.0:
-            self._last_error_log = now
-            logger.exception("%s failed; retrying at the next pass", what)
+        # One key for both passes: at most one line a second from this loop, as before.
+        self._ratelog("pass", logging.ERROR, "%s failed; retrying at the next pass", what, exc_info=True)
 
     def _run(self) -> None:
         next_reap = time.monotonic()

@@ -68,6 +68,7 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.execution import Outcome, execute_job
 from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
+from tether.entrypoints.ratelog import RateLimitedLog
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -113,29 +114,6 @@ class WorkerStats:
     lease_lost: int = 0
     released: int = 0
     reaped: int = 0
-
-
-class _RateLimitedLog:
-    """Logs at most one line per ``period`` seconds per key; counts the lines it held back."""
-
-    def __init__(self, log: logging.Logger, period: float = 1.0) -> None:
-        self._log = log
-        self._period = period
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, key: str, level: int, message: str, *args: Any, exc_info: bool = False) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get(key, -self._period) < self._period:
-                self._held[key] = self._held.get(key, 0) + 1
-                return
-            self._last[key] = now
-            held = self._held.pop(key, 0)
-        if held:
-            message += f" ({held} similar messages suppressed)"
-        self._log.log(level, message, *args, exc_info=exc_info)
 
 
 class _Running:
@@ -254,7 +232,7 @@ class WorkerPool:
         self._started = False
         self._stopped = False
         self._stop_lock = threading.Lock()
-        self._ratelog = _RateLimitedLog(logger)
+        self._ratelog = RateLimitedLog(logger)
         self._completions = CompletionBatcher(repository, clock, name="tether-complete")
         self._maintenance = MaintenanceLoop(
             Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
