@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 
 import pytest
+import redis
 
 DATABASE_URL = os.environ.get("TETHER_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -31,3 +33,18 @@ def service_unavailable(what: str, reason: str) -> None:
 @pytest.fixture(scope="session")
 def run_id() -> str:
     return RUN_ID
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    """A client of the Redis test server (``REDIS_URL``, replies decoded to ``str``), closed afterwards.
+
+    Skips (or fails, under ``TETHER_REQUIRE_SERVICES=1``) when the server does not answer PING.
+    """
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        service_unavailable("Redis", str(exc))
+    yield client
+    client.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import redis
 from tether.adapters.redis_streams import RedisStreamsDispatcher
 from tether.testing.contract.dispatcher import DispatcherContract
 
@@ -14,17 +13,6 @@ from tests.conftest import DATABASE_URL, REDIS_URL, RUN_ID, service_unavailable
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
-
-
-@pytest.fixture
-def redis_client():
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        service_unavailable("Redis", str(exc))
-    yield client
-    client.close()
 
 
 class TestRedisStreamsDispatcher(DispatcherContract):

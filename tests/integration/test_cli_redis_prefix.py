@@ -10,18 +10,7 @@ import redis
 from tether.entrypoints.cli import app
 from typer.testing import CliRunner
 
-from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
-
-
-@pytest.fixture
-def redis_client() -> redis.Redis:
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError as error:
-        service_unavailable("Redis", str(error))
-    yield client
-    client.close()
+from tests.conftest import REDIS_URL, RUN_ID
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -36,7 +25,7 @@ def test_enqueue_publishes_under_the_configured_prefix(tmp_path: Path, redis_cli
         result = CliRunner().invoke(app, args, env=env)
         assert result.exit_code == 0, result.output
         entries = redis_client.xrange(f"{{{prefix}}}:queue:default")
-        assert [fields[b"id"] for _, fields in entries] == [b"1"]
+        assert [fields["id"] for _, fields in entries] == ["1"]
     finally:
         keys = list(redis_client.scan_iter(match=f"{{{prefix}}}:*"))
         if keys:

@@ -13,7 +13,6 @@ import logging
 import time
 
 import pytest
-import redis
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.redis_keys import StreamKeys, redact_url
@@ -22,7 +21,7 @@ from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
 
-from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
+from tests.conftest import REDIS_URL, RUN_ID
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
@@ -31,23 +30,12 @@ CLAIM_IDLE = 0.3
 
 
 @pytest.fixture
-def r():
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        service_unavailable("Redis", str(exc))
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix(r):
+def prefix(redis_client):
     name = f"tt-{RUN_ID}-i{next(_counter)}"
     yield name
-    keys = list(r.scan_iter(match=StreamKeys(name).pattern(), count=1000))
+    keys = list(redis_client.scan_iter(match=StreamKeys(name).pattern(), count=1000))
     if keys:
-        r.delete(*keys)
+        redis_client.delete(*keys)
 
 
 @pytest.fixture
@@ -82,8 +70,8 @@ def enqueue(repo, clock, queue="default", **kwargs) -> Job:
     return repo.enqueue(prepare_job("t.job", {}, now=clock.now(), queue=queue, **kwargs), now=clock.now()).job
 
 
-def pending(r, d: RedisStreamsDispatcher, queue="default") -> int:
-    return int(r.xpending(d.keys.stream(queue), d.group)["pending"])
+def pending(redis_client, d: RedisStreamsDispatcher, queue="default") -> int:
+    return int(redis_client.xpending(d.keys.stream(queue), d.group)["pending"])
 
 
 def collect(d, clock, count, *, worker="w", queues=("default",), limit=10, rounds=400) -> list[Job]:
@@ -99,7 +87,7 @@ def collect(d, clock, count, *, worker="w", queues=("default",), limit=10, round
 
 
 # -- C07: pending entries never acknowledged ---------------------------------------------------
-def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(r, repo, clock, make):
+def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(redis_client, repo, clock, make):
     c2 = make(consumer="c2")
     # jobs 1-4 done already, job 5 is the one of the case
     for _ in range(4):
@@ -109,20 +97,20 @@ def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(r, 
     job5 = enqueue(repo, clock)
     assert job5.id == 5
     stream = c2.keys.stream("default")
-    r.xgroup_create(stream, c2.group, id="0", mkstream=True)
+    redis_client.xgroup_create(stream, c2.group, id="0", mkstream=True)
     c2.notify([job5])
     # consumer c1 reads the entry, leases job 5 ... and is killed before XACK
-    [[_, [(entry_id, fields)]]] = r.xreadgroup(c2.group, "c1", {stream: ">"}, count=1)
+    [[_, [(entry_id, fields)]]] = redis_client.xreadgroup(c2.group, "c1", {stream: ">"}, count=1)
     assert fields == {"id": "5"}
     held = repo.lease_job(5, worker_id="c1", now=clock.now(), lease_timeout=LEASE)
     assert held is not None and held.attempts == 1
-    assert pending(r, c2) == 1
+    assert pending(redis_client, c2) == 1
 
     # the stream's idle time is no lease: while c1's lease is valid nobody else gets job 5
     time.sleep(CLAIM_IDLE + 0.1)
     c2.sweep(clock.now())
     assert c2.acquire(queues=["default"], worker_id="c2", limit=1, lease_timeout=LEASE, max_wait=0.3) == []
-    assert pending(r, c2) == 0  # c1's stale entry was claimed and acknowledged
+    assert pending(redis_client, c2) == 0  # c1's stale entry was claimed and acknowledged
     assert repo.get(5).lease_token == held.lease_token
 
     # t=16 min: the reaper returns job 5; the sweep publishes it again; c2 runs and acks it
@@ -136,48 +124,48 @@ def test_c07_dead_consumers_entry_is_claimed_and_acked_and_the_job_runs_once(r, 
     done = repo.complete(5, job.lease_token, now=clock.now())
     assert (done.status, done.attempts) == (JobStatus.COMPLETED, 2)
     c2.maintain(clock.now())  # acks of leased entries go out with the next acquire or maintain
-    assert pending(r, c2) == 0
-    assert r.xpending_range(stream, c2.group, "-", "+", 10) == []
+    assert pending(redis_client, c2) == 0
+    assert redis_client.xpending_range(stream, c2.group, "-", "+", 10) == []
     assert entry_id  # the id c1 held is gone from the pending entries list
 
 
-def test_c07_trimmed_or_deleted_entry_is_acked_without_crashing(r, repo, clock, make):
+def test_c07_trimmed_or_deleted_entry_is_acked_without_crashing(redis_client, repo, clock, make):
     d = make(consumer="c2")
     stream = d.keys.stream("default")
-    r.xgroup_create(stream, d.group, id="0", mkstream=True)
+    redis_client.xgroup_create(stream, d.group, id="0", mkstream=True)
     jobs = [enqueue(repo, clock) for _ in range(3)]
     d.notify(jobs)
-    entries = r.xreadgroup(d.group, "c1", {stream: ">"}, count=3)[0][1]
-    assert len(entries) == 3 and pending(r, d) == 3
-    r.xdel(stream, entries[0][0])  # deleted under the pending entry
-    r.xtrim(stream, maxlen=0)  # and the rest trimmed away
-    assert r.xlen(stream) == 0
+    entries = redis_client.xreadgroup(d.group, "c1", {stream: ">"}, count=3)[0][1]
+    assert len(entries) == 3 and pending(redis_client, d) == 3
+    redis_client.xdel(stream, entries[0][0])  # deleted under the pending entry
+    redis_client.xtrim(stream, maxlen=0)  # and the rest trimmed away
+    assert redis_client.xlen(stream) == 0
     time.sleep(CLAIM_IDLE + 0.1)
     d.sweep(clock.now())  # XAUTOCLAIM reports them deleted; they are acknowledged
-    assert pending(r, d) == 0
+    assert pending(redis_client, d) == 0
     # the jobs were never leased: the sweep (same pass) re-published them, and they all run
     got = collect(d, clock, 3, worker="c2")
     assert sorted(j.id for j in got) == [j.id for j in jobs]
     d.maintain(clock.now())
-    assert pending(r, d) == 0
+    assert pending(redis_client, d) == 0
     assert all(repo.get(j.id).status is JobStatus.RUNNING for j in jobs)
 
 
 # -- C09: publish after commit, transient unseen ids, failed publishes --------------------------
-def test_c09b_id_not_visible_yet_is_transient_then_leased(r, repo, clock, make):
+def test_c09b_id_not_visible_yet_is_transient_then_leased(redis_client, repo, clock, make):
     d = make(claim_idle=60.0)  # long: a stalled test machine must not see the id given up on
     with repo.transaction() as tx:
         job = repo.enqueue(prepare_job("t.job", {}, now=clock.now()), now=clock.now(), connection=tx).job
         d.notify([job])  # published too early (before commit is visible: a replica lag, say)
         assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.2) == []
-        assert pending(r, d) == 1  # not lost: still pending, held for a retry
+        assert pending(redis_client, d) == 1  # not lost: still pending, held for a retry
     got = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=2.0)
     assert [j.id for j in got] == [job.id]
     d.maintain(clock.now())  # (sends any acknowledgement still waiting for the background acker)
-    assert pending(r, d) == 0
+    assert pending(redis_client, d) == 0
 
 
-def test_c09b_id_that_never_appears_is_acked_after_claim_idle(r, repo, clock, make):
+def test_c09b_id_that_never_appears_is_acked_after_claim_idle(redis_client, repo, clock, make):
     d = make()
 
     class Rollback(Exception):
@@ -188,10 +176,10 @@ def test_c09b_id_that_never_appears_is_acked_after_claim_idle(r, repo, clock, ma
         d.notify([job])
         raise Rollback
     assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.1) == []
-    assert pending(r, d) == 1
+    assert pending(redis_client, d) == 1
     time.sleep(CLAIM_IDLE + 0.1)
     assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.3) == []
-    assert pending(r, d) == 0
+    assert pending(redis_client, d) == 0
     assert repo.list_jobs() == []
 
 
@@ -225,27 +213,27 @@ def test_dispatcher_without_redis_leases_from_the_repository(repo, clock, make):
     assert got[0].leased_by == "w"
 
 
-def test_a_future_job_notified_here_is_published_when_due_without_a_sweep(r, repo, clock, make):
+def test_a_future_job_notified_here_is_published_when_due_without_a_sweep(redis_client, repo, clock, make):
     d = make(sweep_interval=600.0)  # the periodic sweep runs once, at the first acquire, then not for 10 min
     job = enqueue(repo, clock, delay=30.0)
     d.notify([job])
     assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.2) == []
-    assert r.xlen(d.keys.stream("default")) == 0  # nothing published before it is due
+    assert redis_client.xlen(d.keys.stream("default")) == 0  # nothing published before it is due
     clock.advance(30.0)
     got = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=2.0)
     assert [j.id for j in got] == [job.id]
-    assert r.xlen(d.keys.stream("default")) == 1
+    assert redis_client.xlen(d.keys.stream("default")) == 1
 
 
-def test_sweep_publishes_a_job_at_most_once_per_interval_however_many_workers_sweep(r, repo, clock, make):
+def test_sweep_publishes_a_job_at_most_once_per_interval_however_many_workers_sweep(redis_client, repo, clock, make):
     sweepers = [make(consumer=f"s{i}", sweep_interval=1.0) for i in range(3)]
     job = enqueue(repo, clock)  # its notification was lost; nobody leases it during the test
     stream = sweepers[0].keys.stream("default")
     group = sweepers[0].group
-    r.xgroup_create(stream, group, id="0", mkstream=True)
+    redis_client.xgroup_create(stream, group, id="0", mkstream=True)
 
     def read_all() -> list[str]:  # a consumer that keeps the group caught up (reads, never acks)
-        reply = r.xreadgroup(group, "reader", {stream: ">"}, count=100)
+        reply = redis_client.xreadgroup(group, "reader", {stream: ">"}, count=100)
         return [f["id"] for _, entries in reply or [] for _, f in entries]
 
     published: list[str] = []
@@ -264,7 +252,7 @@ def test_sweep_publishes_a_job_at_most_once_per_interval_however_many_workers_sw
     assert published == [str(job.id), str(job.id)]
 
 
-def test_entries_beyond_limit_are_handed_back_and_every_job_runs_once(r, repo, clock, make):
+def test_entries_beyond_limit_are_handed_back_and_every_job_runs_once(redis_client, repo, clock, make):
     d = make(sweep_interval=600.0)
     assert d.acquire(queues=["a", "b"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0) == []  # groups, first sweep
     jobs = [enqueue(repo, clock, queue=q) for q in ("a", "b") for _ in range(3)]
@@ -275,10 +263,10 @@ def test_entries_beyond_limit_are_handed_back_and_every_job_runs_once(r, repo, c
     ids = [j.id for j in first + rest]
     assert sorted(ids) == sorted(j.id for j in jobs)
     d.maintain(clock.now())
-    assert pending(r, d, "a") == pending(r, d, "b") == 0
+    assert pending(redis_client, d, "a") == pending(redis_client, d, "b") == 0
 
 
-def test_a_batch_of_entries_leases_in_lease_order(r, repo, clock, make):
+def test_a_batch_of_entries_leases_in_lease_order(redis_client, repo, clock, make):
     d = make(sweep_interval=600.0)
     assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0) == []  # groups, first sweep
     low = enqueue(repo, clock, priority=0)
@@ -292,52 +280,52 @@ def test_a_batch_of_entries_leases_in_lease_order(r, repo, clock, make):
 
 
 # -- bounded streams ---------------------------------------------------------------------------
-def test_streams_stay_bounded_and_trimming_loses_no_job(r, repo, clock, make):
+def test_streams_stay_bounded_and_trimming_loses_no_job(redis_client, repo, clock, make):
     d = make(maxlen=100)
     stream = d.keys.stream("default")
-    r.xgroup_create(stream, d.group, id="0", mkstream=True)
+    redis_client.xgroup_create(stream, d.group, id="0", mkstream=True)
     jobs = [enqueue(repo, clock) for _ in range(1500)]
     for i in range(0, 1500, 50):
         d.notify(jobs[i : i + 50])
-    length = r.xlen(stream)
+    length = redis_client.xlen(stream)
     assert length < 400, f"stream holds {length} entries for maxlen=100"
     got = collect(d, clock, 1500, limit=50, rounds=600)
     ids = [j.id for j in got]
     assert len(ids) == len(set(ids)) == 1500
-    assert r.xlen(stream) < 400
+    assert redis_client.xlen(stream) < 400
     d.maintain(clock.now())
-    assert pending(r, d) == 0
+    assert pending(redis_client, d) == 0
 
 
 # -- consumer group self-healing -------------------------------------------------------------
-def test_busygroup_is_success(r, repo, clock, make):
+def test_busygroup_is_success(redis_client, repo, clock, make):
     a, b = make(consumer="a"), make(consumer="b")
     stream = a.keys.stream("default")
-    r.xgroup_create(stream, a.group, id="0", mkstream=True)  # someone else created the group
+    redis_client.xgroup_create(stream, a.group, id="0", mkstream=True)  # someone else created the group
     job = enqueue(repo, clock)
     a.notify([job])
     assert b.acquire(queues=["default"], worker_id="wb", limit=1, lease_timeout=LEASE, max_wait=0.2)[0].id == job.id
     assert a.acquire(queues=["default"], worker_id="wa", limit=1, lease_timeout=LEASE, max_wait=0.2) == []
-    assert [g["name"] for g in r.xinfo_groups(stream)] == [a.group]
+    assert [g["name"] for g in redis_client.xinfo_groups(stream)] == [a.group]
 
 
 @pytest.mark.parametrize("loss", ["delete stream", "destroy group"])
-def test_nogroup_recreates_stream_and_group(r, repo, clock, make, loss):
+def test_nogroup_recreates_stream_and_group(redis_client, repo, clock, make, loss):
     d = make()
     first = enqueue(repo, clock)
     d.notify([first])
     assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=1.0)[0].id == first.id
     stream = d.keys.stream("default")
     if loss == "delete stream":
-        r.delete(stream)
+        redis_client.delete(stream)
     else:
-        r.xgroup_destroy(stream, d.group)
+        redis_client.xgroup_destroy(stream, d.group)
     second = enqueue(repo, clock)
     d.notify([second])
     got = collect(d, clock, 1)
     assert [j.id for j in got] == [second.id]
     d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0.3)  # reads Redis again
-    assert [g["name"] for g in r.xinfo_groups(stream)] == [d.group]
+    assert [g["name"] for g in redis_client.xinfo_groups(stream)] == [d.group]
 
 
 def test_keys_share_one_hash_tag(prefix):
@@ -355,7 +343,7 @@ def test_keys_share_one_hash_tag(prefix):
 
 
 # -- bad configuration -------------------------------------------------------------------------
-def test_wrong_password_names_the_url_without_the_password(repo, clock, r):
+def test_wrong_password_names_the_url_without_the_password(repo, clock, redis_client):
     url = REDIS_URL.replace("redis://", "redis://nosuchuser:s3cr3t-pw@", 1)
     with pytest.raises(ConfigurationError) as err:
         RedisStreamsDispatcher(repo, clock, url)
@@ -373,7 +361,7 @@ def test_wrong_password_names_the_url_without_the_password(repo, clock, r):
         ("redis://127.0.0.1:6379/notanumber", "redis_url redis://127.0.0.1:6379/notanumber"),
     ],
 )
-def test_bad_urls_are_configuration_errors(repo, clock, r, url, words):
+def test_bad_urls_are_configuration_errors(repo, clock, redis_client, url, words):
     with pytest.raises(ConfigurationError) as err:
         RedisStreamsDispatcher(repo, clock, url)
     assert words in str(err.value)
