@@ -19,6 +19,18 @@ def _enqueue(repo: InMemoryJobRepository, clock, job_type: str = "t", queue: str
     return repo.enqueue(new, now=clock.now()).job
 
 
+def _acquire_in_background(dispatcher: PollingDispatcher, max_wait: float) -> tuple[threading.Thread, list[list[Job]]]:
+    """Start ``acquire(limit=1)`` on a thread; its result is appended to the returned list."""
+    got: list[list[Job]] = []
+    thread = threading.Thread(
+        target=lambda: got.append(
+            dispatcher.acquire(queues=None, worker_id="w", limit=1, lease_timeout=30, max_wait=max_wait)
+        )
+    )
+    thread.start()
+    return thread, got
+
+
 class CountingRepository(InMemoryJobRepository):
     """The memory repository, counting lease queries (to see the idle backoff)."""
 
@@ -70,11 +82,7 @@ def test_acquire_returns_empty_after_max_wait_and_backs_off_when_idle() -> None:
 def test_notify_wakes_a_waiting_acquirer_at_once() -> None:
     repo, clock = InMemoryJobRepository(), SystemClock()
     dispatcher = PollingDispatcher(repo, clock, poll_interval=60.0, min_poll_interval=30.0)
-    got: list[list[Job]] = []
-    thread = threading.Thread(
-        target=lambda: got.append(dispatcher.acquire(queues=None, worker_id="w", limit=1, lease_timeout=30, max_wait=60))
-    )
-    thread.start()
+    thread, got = _acquire_in_background(dispatcher, max_wait=60)
     time.sleep(0.2)  # the acquirer is now in its 30 s idle wait
     job = _enqueue(repo, clock)
     dispatcher.notify([job])
@@ -86,11 +94,7 @@ def test_notify_wakes_a_waiting_acquirer_at_once() -> None:
 def test_wake_interrupts_a_blocked_acquire() -> None:
     repo, clock = InMemoryJobRepository(), SystemClock()
     dispatcher = PollingDispatcher(repo, clock, poll_interval=60.0, min_poll_interval=30.0)
-    got: list[list[Job]] = []
-    thread = threading.Thread(
-        target=lambda: got.append(dispatcher.acquire(queues=None, worker_id="w", limit=1, lease_timeout=30, max_wait=60))
-    )
-    thread.start()
+    thread, got = _acquire_in_background(dispatcher, max_wait=60)
     time.sleep(0.2)
     dispatcher.wake()
     thread.join(timeout=10)
@@ -101,11 +105,7 @@ def test_wake_interrupts_a_blocked_acquire() -> None:
 def test_a_job_enqueued_without_notify_is_still_found_by_the_next_poll() -> None:
     repo, clock = InMemoryJobRepository(), SystemClock()
     dispatcher = PollingDispatcher(repo, clock, poll_interval=0.05, min_poll_interval=0.01)
-    got: list[list[Job]] = []
-    thread = threading.Thread(
-        target=lambda: got.append(dispatcher.acquire(queues=None, worker_id="w", limit=1, lease_timeout=30, max_wait=30))
-    )
-    thread.start()
+    thread, got = _acquire_in_background(dispatcher, max_wait=30)
     time.sleep(0.2)
     job = _enqueue(repo, clock)  # no notify: a lost notification costs latency, never the job
     thread.join(timeout=10)
