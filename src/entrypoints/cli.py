@@ -1,9 +1,12 @@
 """The ``tether`` command line (Typer + rich).
 
 Commands: ``worker``, ``enqueue``, ``jobs list``, ``jobs show``, ``retry``, ``purge``, ``reap``,
-``db init``, ``db upgrade``, ``db version``, ``demo``.  Each command that touches jobs takes ``--database-url``, ``--redis-url``
-and ``--schema`` (environment: ``TETHER_DATABASE_URL``, ``TETHER_REDIS_URL``, ``TETHER_SCHEMA``;
-a flag beats its variable, a variable beats the default; see :mod:`tether.entrypoints.settings`).
+``db init``, ``db upgrade``, ``db version``, ``demo``.  Each command that touches jobs takes
+``--database-url``, ``--redis-url``, ``--redis-prefix`` and ``--schema`` (environment:
+``TETHER_DATABASE_URL``, ``TETHER_REDIS_URL``, ``TETHER_REDIS_PREFIX``, ``TETHER_SCHEMA``; a flag
+beats its variable, a variable beats the default; see :mod:`tether.entrypoints.settings`).
+``db`` commands take only ``--database-url`` and ``--schema``; ``worker`` takes its store from the
+app it loads.
 
 Errors: bad input (a :class:`~tether.domain.errors.TetherError` such as ValidationError,
 ConfigurationError, JobNotFound or InvalidTransition, an unparsable ``--payload``, or a flag
@@ -168,18 +171,26 @@ def _open(settings: Settings, *, create: bool = False) -> Iterator["Tether"]:
     the other commands report them missing, so a mistyped URL is not mistaken for an empty store."""
     from tether.entrypoints.container import from_settings
 
-    if not create and settings.database_kind == "sqlite":
-        path = sqlite_path(settings.database_url)
-        if not os.path.exists(path):
-            raise ConfigurationError(
-                f"database_url: no SQLite database at {path}; check the URL, or create it with "
-                f"`tether db init --database-url {settings.database_url}`"
-            )
+    if not create:
+        _require_sqlite_file(settings)
     tether_app = from_settings(settings, create=create)
     try:
         yield tether_app
     finally:
         tether_app.close()
+
+
+def _require_sqlite_file(settings: Settings) -> None:
+    """Raise ConfigurationError (``database_url``) when the settings name a SQLite file that does
+    not exist; any other store passes."""
+    if settings.database_kind != "sqlite":
+        return
+    path = sqlite_path(settings.database_url)
+    if not os.path.exists(path):
+        raise ConfigurationError(
+            f"database_url: no SQLite database at {path}; check the URL, or create it with "
+            f"`tether db init --database-url {settings.database_url}`"
+        )
 
 
 def sqlite_path(url: str) -> str:
@@ -520,11 +531,7 @@ def db_version(
     if settings.database_kind == "memory":
         _stdout().print("memory:// keeps nothing; it has no schema version")
         return
-    if settings.database_kind == "sqlite" and not os.path.exists(sqlite_path(settings.database_url)):
-        raise ConfigurationError(
-            f"database_url: no SQLite database at {sqlite_path(settings.database_url)}; check the URL, or create it "
-            f"with `tether db init --database-url {settings.database_url}`"
-        )
+    _require_sqlite_file(settings)
     repository: Any = open_sql_repository(settings.database_url, schema=settings.schema, create=False, check=False)
     try:
         stored, expected = _schema_versions(repository)
