@@ -256,20 +256,6 @@ class InMemoryJobRepository(JobRepository):
         now = ensure_utc(now, "now")
         return self._apply(job_id, token, lambda j: transitions.complete(j, token=token, now=now))
 
-    def complete_many(self, items: Sequence[tuple[int, str]], *, now: datetime) -> list[Job | LeaseLost]:
-        """Fenced completion of each ``(job_id, token)``: :meth:`complete` once per item (so a
-        subclass's ``complete`` is honoured), under one hold of the lock; in input order, the
-        completed job or the :class:`LeaseLost` for a stale token."""
-        now = ensure_utc(now, "now")
-        results: list[Job | LeaseLost] = []
-        with self._lock:
-            for job_id, token in items:
-                try:
-                    results.append(self.complete(job_id, token, now=now))
-                except LeaseLost as lost:
-                    results.append(lost)
-        return results
-
     def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
         now = ensure_utc(now, "now")
         retry_at = None if retry_at is None else ensure_utc(retry_at, "retry_at")
