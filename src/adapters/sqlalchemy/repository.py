@@ -35,6 +35,7 @@ from typing import Any, ClassVar, TypeVar
 from sqlalchemy import (
     ColumnElement,
     Insert,
+    Integer,
     MetaData,
     Table,
     bindparam,
@@ -566,18 +567,6 @@ class SqlAlchemyJobRepository(JobRepository):
             counts[JobStatus(status)] = int(n)
         return counts
 
-    def _due_filter(self, now: datetime, queues: Sequence[str] | None) -> list[ColumnElement[bool]]:
-        t = self.table
-        conditions = [
-            status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING),
-            t.c.scheduled_at <= now,
-            t.c.attempts < t.c.max_attempts,
-        ]
-        if queues is not None:
-            names = [validate_queue(q, "queues") for q in queues]
-            conditions.append(t.c.queue == names[0] if len(names) == 1 else t.c.queue.in_(names))
-        return conditions
-
     def _lease_order(self) -> list[Any]:
         t = self.table
         return [t.c.priority.desc(), t.c.scheduled_at, t.c.id]
@@ -587,8 +576,17 @@ class SqlAlchemyJobRepository(JobRepository):
         now = ensure_utc(now, "now")
         if queues is not None and not queues:
             return []
-        stmt = select(self.table).where(*self._due_filter(now, queues)).order_by(*self._lease_order()).limit(limit)
-        return self._read("read due jobs", lambda c: [row_to_job(r) for r in c.execute(stmt)])
+        shape = self._queue_shape(queues)
+        stmt = self._statements.get(("due", shape))
+        if stmt is None:
+            stmt = self._statements[("due", shape)] = (
+                select(self.table)
+                .where(*self._due_filter_params(shape))
+                .order_by(*self._lease_order())
+                .limit(bindparam("p_limit", type_=Integer()))
+            )
+        params = {**self._due_params(queues, now), "p_limit": limit}
+        return self._read("read due jobs", lambda c: [row_to_job(r) for r in c.execute(stmt, params)])
 
     # -- leases ----------------------------------------------------------------------------------
     @staticmethod
@@ -599,12 +597,21 @@ class SqlAlchemyJobRepository(JobRepository):
         self, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
     ) -> dict[str, Any]:
         """Parameters of the statements from :meth:`_due_filter_params` and :meth:`_lease_values_params`."""
-        params: dict[str, Any] = {
-            "p_now": now,
+        return {
+            **self._due_params(queues, now),
             "p_expires": now + timedelta(seconds=lease_timeout),
             "p_worker": worker_id,
             "p_limit": limit,
         }
+
+    @staticmethod
+    def _due_params(queues: Sequence[str] | None, now: datetime) -> dict[str, Any]:
+        """Parameters of :meth:`_due_filter_params`: ``p_now`` and ``p_queue``/``p_queues`` (validated).
+
+        Raises:
+            ValidationError: a queue name that is not one (``queues``).
+        """
+        params: dict[str, Any] = {"p_now": now}
         if queues is not None:
             names = [validate_queue(q, "queues") for q in queues]
             if len(names) == 1:
@@ -637,17 +644,6 @@ class SqlAlchemyJobRepository(JobRepository):
             "leased_by": bindparam("p_worker", type_=t.c.leased_by.type),
             "leased_at": bindparam("p_now", type_=t.c.leased_at.type),
             "lease_expires_at": bindparam("p_expires", type_=t.c.lease_expires_at.type),
-        }
-
-    def _lease_values(self, worker_id: str, now: datetime, lease_timeout: float, token: Any) -> dict[str, Any]:
-        t = self.table
-        return {
-            "status": JobStatus.RUNNING.value,
-            "attempts": t.c.attempts + 1,
-            "lease_token": token,
-            "leased_by": worker_id,
-            "leased_at": now,
-            "lease_expires_at": now + timedelta(seconds=lease_timeout),
         }
 
     def _lease_rows(
@@ -686,17 +682,20 @@ class SqlAlchemyJobRepository(JobRepository):
         now = ensure_utc(now, "now")
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
-        t = self.table
-        for _ in range(self.retry_attempts):
-            token = new_lease_token()
-            stmt = (
+        stmt = self._statements.get("lease_job")
+        if stmt is None:
+            t = self.table
+            stmt = self._statements["lease_job"] = (
                 update(t)
-                .where(t.c.id == job_id, *self._due_filter(now, None))
-                .values(**self._lease_values(worker_id, now, lease_timeout, token))
+                .where(t.c.id == bindparam("p_id", type_=t.c.id.type), *self._due_filter_params("all"))
+                .values(**self._lease_values_params(bindparam("p_token", type_=t.c.lease_token.type)))
                 .returning(*t.c)
             )
+        for _ in range(self.retry_attempts):
+            token = new_lease_token()
+            params = {"p_id": job_id, "p_token": token, **self._lease_params(None, worker_id, now, lease_timeout, 1)}
             try:
-                row = self._write_once("lease a job", lambda c: c.execute(stmt).first(), single=True)  # noqa: B023
+                row = self._write_once("lease a job", lambda c: c.execute(stmt, params).first(), single=True)  # noqa: B023
                 return row_to_job(row) if row is not None else None
             except _UnknownOutcome:
                 # Did our lease land?  The token is ours alone, so the row says so.
