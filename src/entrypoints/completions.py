@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tether.domain.errors import LeaseLost, StorageUnavailable
+from tether.domain.errors import StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job
 from tether.ports.clock import Clock
@@ -90,21 +90,9 @@ class CompletionBatcher:
         self._pending: list[_Pending] = []
         self._closed = False
         self._thread: threading.Thread | None = None
-        many = getattr(repository, "complete_many", None)
-        self._complete_many: Callable[..., list[Job | LeaseLost]] = many if many is not None else self._one_by_one
         #: (flushes, items) written so far: items / flushes is the mean batch size.
         self.flushes = 0
         self.items = 0
-
-    def _one_by_one(self, items: list[tuple[int, str]], *, now: object) -> list[Job | LeaseLost]:
-        # A repository written against the port before complete_many existed.
-        results: list[Job | LeaseLost] = []
-        for job_id, token in items:
-            try:
-                results.append(self._repository.complete(job_id, token, now=now))  # type: ignore[arg-type]
-            except LeaseLost as lost:
-                results.append(lost)
-        return results
 
     def start(self) -> None:
         """Start the flusher thread (a daemon)."""
@@ -183,7 +171,7 @@ class CompletionBatcher:
     def _flush(self, batch: list[_Pending]) -> list[_Pending]:
         """Write ``batch``; answer every item, except those to send again (returned)."""
         try:
-            results = self._complete_many([(p.job_id, p.token) for p in batch], now=self._clock.now())
+            results = self._repository.complete_many([(p.job_id, p.token) for p in batch], now=self._clock.now())
             if len(results) != len(batch):  # pragma: no cover - an adapter bug; never guess who landed
                 raise RuntimeError(f"complete_many answered {len(results)} results for {len(batch)} items")
         except StorageUnavailable as exc:
