@@ -51,6 +51,9 @@ def _check_app(app: object, helper: str) -> None:
 
 
 def _all_jobs(app: Tether, *, queue: str | None, status: JobStatus | str | None) -> list[Job]:
+    """Every job of ``app`` in ``queue`` and ``status`` (None: any), by ascending id, read a page
+    of :data:`_PAGE` at a time through ``app.list`` (which raises ValidationError for a bad
+    queue name or status)."""
     jobs: list[Job] = []
     offset = 0
     while True:
@@ -87,8 +90,7 @@ def enqueued_jobs(
         ValidationError: a bad queue name or status.
     """
     _check_app(app, "enqueued_jobs")
-    expected = payload
-    return [job for job in _all_jobs(app, queue=queue, status=status) if _matches(job, job_type, expected)]
+    return [job for job in _all_jobs(app, queue=queue, status=status) if _matches(job, job_type, payload)]
 
 
 def _payload_text(job: Job) -> str:

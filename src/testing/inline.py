@@ -28,10 +28,10 @@ from tether.domain.validation import validate_int, validate_queue, validate_seco
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.execution import Execution, Outcome, execute_job
 from tether.entrypoints.service import Tether
+from tether.testing.assertions import _all_jobs
 
 #: Worker id of the leases a drain takes.
 DRAIN_WORKER_ID = "tether-testing-drain"
-_PAGE = 1_000
 
 
 @attrs.frozen
@@ -173,16 +173,12 @@ def _no_jitter() -> float:
 
 def _waiting(app: Tether, queues: Sequence[str] | None) -> list[Job]:
     """Queued and retrying jobs (of these queues), by ascending id."""
-    found: list[Job] = []
-    for status in (JobStatus.QUEUED, JobStatus.RETRYING):
-        for queue in queues if queues is not None else [None]:
-            offset = 0
-            while True:
-                page = app.repository.list_jobs(status=status, queue=queue, limit=_PAGE, offset=offset)
-                found.extend(page)
-                if len(page) < _PAGE:
-                    break
-                offset += _PAGE
+    found = [
+        job
+        for status in (JobStatus.QUEUED, JobStatus.RETRYING)
+        for queue in (queues if queues is not None else [None])
+        for job in _all_jobs(app, queue=queue, status=status)
+    ]
     return sorted(found, key=lambda job: job.id)
 
 
