@@ -33,7 +33,6 @@ from tether.domain.validation import (
     DEFAULT_QUEUE,
     prepare_job,
     validate_int,
-    validate_max_attempts,
     validate_queue,
 )
 from tether.entrypoints.context import JobContext
@@ -294,7 +293,7 @@ class Tether:
     # -- reading and administration ----------------------------------------------------------
     def get(self, job_id: int) -> Job:
         """The job with this id.  Raises JobNotFound, ValidationError (not a positive integer)."""
-        return self.repository.get(validate_int(job_id, "job_id", 1, 2**63 - 1))
+        return self.repository.get(_job_id(job_id))
 
     def list(
         self,
@@ -312,11 +311,12 @@ class Tether:
             status=_status(status),
             queue=validate_queue(queue) if queue is not None else None,
             limit=validate_int(limit, "limit", 0, 10_000),
-            offset=validate_int(offset, "offset", 0, 2**63 - 1),
+            offset=validate_int(offset, "offset", 0, _MAX_BIGINT),
         )
 
     def counts(self, queue: str | None = None) -> dict[JobStatus, int]:
-        """How many jobs are in each status (every status present), in one queue or all."""
+        """How many jobs are in each status (every status present), in one queue or all.
+        Raises ValidationError for a bad queue name."""
         return self.repository.count_by_status(queue=validate_queue(queue) if queue is not None else None)
 
     def retry(self, job_id: int) -> Job:
@@ -325,7 +325,7 @@ class Tether:
         Raises:
             JobNotFound; InvalidTransition: the job is not dead.
         """
-        job = self.repository.retry_dead(validate_int(job_id, "job_id", 1, 2**63 - 1), now=self.clock.now())
+        job = self.repository.retry_dead(_job_id(job_id), now=self.clock.now())
         self._notify_after_commit(None, [job])
         return job
 
@@ -394,6 +394,15 @@ class Tether:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+#: Largest job id and offset: a signed 64-bit integer (the ``BIGINT`` of the SQL tables).
+_MAX_BIGINT = 2**63 - 1
+
+
+def _job_id(value: object) -> int:
+    """``value`` as a job id (1 to 2**63 - 1).  Raises ValidationError(``job_id``)."""
+    return validate_int(value, "job_id", 1, _MAX_BIGINT)
 
 
 def _status(value: JobStatus | str | None) -> JobStatus | None:
