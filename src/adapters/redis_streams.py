@@ -284,6 +284,7 @@ class RedisStreamsDispatcher(Dispatcher):
         self._block = validate_seconds(block, "block", allow_zero=False)
         self._claim_idle = validate_seconds(claim_idle, "claim_idle", allow_zero=False)
         self._sweep_interval = validate_seconds(sweep_interval, "sweep_interval", allow_zero=False)
+        self._sweep_px = max(1, int(self._sweep_interval * 1000))  # sweep lock and swept markers, ms
         self._maxlen = validate_int(maxlen, "maxlen", 1, 2**62)
         if not isinstance(redis_url, str) or not redis_url:
             raise ConfigurationError(f"redis_url: must be a non-empty URL string, got {redis_url!r:.80}")
@@ -400,18 +401,19 @@ class RedisStreamsDispatcher(Dispatcher):
                     logging.WARNING, "Redis at %s is down: %d job(s) not published now; the sweep will publish them", self.url, len(due)
                 )
                 return
-            self._publish(due)
+            self._publish((job.id, job.queue) for job in due)
         except redis.RedisError as exc:
             self._record_failure(exc)
         except Exception:  # never let a publish fail the (committed) enqueue
             log.exception("publishing %d job(s) failed; the sweep will publish them", len(jobs))
 
-    def _publish(self, jobs: Iterable[Job]) -> None:
+    def _publish(self, targets: Iterable[tuple[int, str]]) -> None:
+        """One pipeline: XADD each ``(job id, queue)`` to its queue's stream, SADD the queues to the registry."""
         pipe = self._client.pipeline(transaction=False)
         queues: set[str] = set()
-        for job in jobs:
-            pipe.xadd(self._keys.stream(job.queue), {"id": job.id}, maxlen=self._maxlen, approximate=True)
-            queues.add(job.queue)
+        for job_id, queue in targets:
+            pipe.xadd(self._keys.stream(queue), {"id": job_id}, maxlen=self._maxlen, approximate=True)
+            queues.add(queue)
         if not queues:
             return
         pipe.sadd(self._keys.registry, *sorted(queues))
@@ -451,14 +453,7 @@ class RedisStreamsDispatcher(Dispatcher):
         if not due or self._is_down():
             return  # while Redis is down, the fallback lease and later the sweep find them
         try:
-            pipe = self._client.pipeline(transaction=False)
-            for _, job_id, queue in due:
-                pipe.xadd(self._keys.stream(queue), {"id": job_id}, maxlen=self._maxlen, approximate=True)
-            queues = {queue for _, _, queue in due}
-            pipe.sadd(self._keys.registry, *sorted(queues))
-            pipe.execute()
-            with self._lock:
-                self._local_queues |= queues
+            self._publish((job_id, queue) for _, job_id, queue in due)
         except redis.RedisError as exc:
             self._record_failure(exc)
 
@@ -707,10 +702,7 @@ class RedisStreamsDispatcher(Dispatcher):
             with self._lock:
                 for stream, ids in acks.items():
                     self._deferred_acks.setdefault(stream, []).extend(ids)
-                if self._acker is None and not self._closed:
-                    self._acker = threading.Thread(target=self._ack_loop, name="tether-redis-acker", daemon=True)
-                    self._acker.start()
-            self._ack_wanted.set()
+            self._wake_acker()
             return
         if not acks and not handback:
             return
@@ -732,9 +724,14 @@ class RedisStreamsDispatcher(Dispatcher):
         with self._lock:
             for job in jobs:
                 self._debts[job.queue] = self._debts.get(job.queue, 0) + 1
-                if self._acker is None and not self._closed:
-                    self._acker = threading.Thread(target=self._ack_loop, name="tether-redis-acker", daemon=True)
-                    self._acker.start()
+        self._wake_acker()
+
+    def _wake_acker(self) -> None:
+        """Start the background acknowledger on first use, and wake it."""
+        with self._lock:
+            if self._acker is None and not self._closed:
+                self._acker = threading.Thread(target=self._ack_loop, name="tether-redis-acker", daemon=True)
+                self._acker.start()
         self._ack_wanted.set()
 
     def _retire_debts(self) -> None:
@@ -858,17 +855,7 @@ class RedisStreamsDispatcher(Dispatcher):
         Raises:
             StorageUnavailable: the repository could not be read.
         """
-        if self._closed:
-            return
-        try:
-            self._flush_acks()
-            self._publish_timers()
-            px = max(1, int(self._sweep_interval * 1000))
-            if self._client.set(self._keys.sweep_lock, self._consumer, nx=True, px=px):
-                self._sweep_pass(now)
-            self._record_success()
-        except redis.RedisError as exc:
-            self._record_failure(exc)
+        self._upkeep(now, force=False)
 
     def sweep(self, now: datetime) -> None:
         """Run one reclaim-and-sweep pass now, whatever the cadence (tests, operators): claim and
@@ -879,25 +866,27 @@ class RedisStreamsDispatcher(Dispatcher):
         Raises:
             StorageUnavailable: the repository could not be read.
         """
+        self._upkeep(now, force=True)
+
+    def _upkeep(self, now: datetime, *, force: bool) -> None:
+        """Send deferred acks, publish due timers, then reclaim and sweep if ``force`` or this
+        process wins the sweep lock.  Redis errors are recorded (backoff, rate-limited log)."""
         if self._closed:
             return
         try:
             self._flush_acks()
             self._publish_timers()
-            self._sweep_pass(now)
+            if force or self._client.set(self._keys.sweep_lock, self._consumer, nx=True, px=self._sweep_px):
+                queues = self._known_queues(refresh=True)
+                self._reclaim(queues)
+                self._sweep(queues, now)
             self._record_success()
         except redis.RedisError as exc:
             self._record_failure(exc)
 
-    def _sweep_pass(self, now: datetime) -> None:
-        queues = self._known_queues(refresh=True)
-        self._reclaim(queues)
-        self._sweep(queues, now)
-
-    def _reclaim(self, queues: Iterable[str]) -> int:
-        """XAUTOCLAIM stale entries of every known stream and XACK them; returns how many."""
+    def _reclaim(self, queues: Iterable[str]) -> None:
+        """XAUTOCLAIM stale entries of every known stream and XACK them."""
         idle_ms = max(0, int(self._claim_idle * 1000))
-        total = 0
         for queue in sorted(queues):
             stream = self._keys.stream(queue)
             start = "0-0"
@@ -912,14 +901,12 @@ class RedisStreamsDispatcher(Dispatcher):
                 stale = [*claimed, *deleted]
                 if stale:
                     self._client.xack(stream, self._group, *stale)
-                    total += len(stale)
                     with self._lock:
                         gone = set(stale)
                         self._held = [h for h in self._held if not (h.stream == stream and h.entry_id in gone)]
                 if next_start in (None, "0-0"):
                     break
                 start = next_start
-        return total
 
     def _lagging_queues(self, queues: Sequence[str]) -> set[str]:
         """Queues whose stream holds entries not yet delivered to the group (consumers are behind,
@@ -946,12 +933,12 @@ class RedisStreamsDispatcher(Dispatcher):
                 lagging.add(queue)
         return lagging
 
-    def _sweep(self, queues: Iterable[str], now: datetime) -> int:
-        """Re-publish due jobs nobody took; returns how many were published."""
+    def _sweep(self, queues: Iterable[str], now: datetime) -> None:
+        """Re-publish due jobs nobody took."""
         known = sorted(queues)
         lagging = self._lagging_queues(known)
         if known and len(lagging) == len(known):
-            return 0  # every queue's consumers are behind: re-publishing now would only duplicate
+            return  # every queue's consumers are behind: re-publishing now would only duplicate
         due = [j for j in self._repository.due_jobs(now=now, queues=None, limit=SWEEP_LIMIT) if j.queue not in lagging]
         per_queue: dict[str, int] = {}
         kept: list[Job] = []
@@ -959,17 +946,13 @@ class RedisStreamsDispatcher(Dispatcher):
             if _valid_queue(job.queue) and per_queue.get(job.queue, 0) < self._maxlen:
                 per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
                 kept.append(job)
-        due = kept
-        if not due:
-            return 0
-        px = max(1, int(self._sweep_interval * 1000))
+        if not kept:
+            return
         pipe = self._client.pipeline(transaction=False)
-        for job in due:
-            pipe.set(self._keys.swept(job.id), 1, nx=True, px=px)
-        fresh = [job for job, won in zip(due, pipe.execute()) if won]
-        if fresh:
-            self._publish(fresh)
-        return len(fresh)
+        for job in kept:
+            pipe.set(self._keys.swept(job.id), 1, nx=True, px=self._sweep_px)
+        fresh = [job for job, won in zip(kept, pipe.execute()) if won]
+        self._publish((job.id, job.queue) for job in fresh)
 
     # -- wake-up and shutdown --------------------------------------------------------------------
     def wake(self) -> None:
