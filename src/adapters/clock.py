@@ -10,7 +10,8 @@ from tether.ports.clock import Clock
 
 
 class SystemClock(Clock):
-    """The machine's wall clock, timezone-aware UTC."""
+    """The machine's wall clock: ``now()`` is ``datetime.now(UTC)``, timezone-aware UTC (it may
+    step when the system time is set)."""
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -21,6 +22,9 @@ class FakeClock(Clock):
 
     Args:
         start: the initial instant (aware; converted to UTC). Defaults to 2026-01-01T00:00:00Z.
+
+    Raises:
+        ValidationError: ``start`` is not a timezone-aware datetime.
     """
 
     def __init__(self, start: datetime | None = None) -> None:
@@ -32,7 +36,12 @@ class FakeClock(Clock):
             return self._now
 
     def advance(self, seconds: float = 0.0, **kwargs: float) -> datetime:
-        """Move forward by ``seconds`` (plus ``timedelta`` keywords such as ``minutes=16``); returns the new now."""
+        """Move forward by ``seconds`` (plus ``timedelta`` keywords such as ``minutes=16``); returns
+        the new now (aware UTC).
+
+        Raises:
+            ValueError: the step is negative (a FakeClock never moves backwards).
+        """
         step = timedelta(seconds=seconds, **kwargs)
         if step < timedelta(0):
             raise ValueError("a FakeClock never moves backwards")
@@ -41,7 +50,12 @@ class FakeClock(Clock):
             return self._now
 
     def set(self, instant: datetime) -> None:
-        """Jump to ``instant`` (aware, not earlier than now)."""
+        """Jump to ``instant`` (aware; converted to UTC).
+
+        Raises:
+            ValidationError: ``instant`` is not a timezone-aware datetime.
+            ValueError: ``instant`` is earlier than now.
+        """
         instant = ensure_utc(instant, "instant")
         with self._lock:
             if instant < self._now:
