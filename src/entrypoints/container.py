@@ -30,6 +30,7 @@ from dependency_injector import containers, providers
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import ConfigurationError
+from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.settings import Settings, check_redis_url, database_kind, redact_url
 from tether.ports.clock import Clock
@@ -229,8 +230,7 @@ def connect(
             keywords), ``max_payload_bytes``, ``default_queue``, ``default_max_attempts``.
 
     Returns:
-        A ready :class:`Tether`; call ``close()`` (or use it as a context manager, if supported)
-        when done.
+        A ready :class:`Tether`; call ``close()`` when done, or use it as a context manager.
 
     Raises:
         InvalidSetting: a bad URL or schema (passwords hidden); ConfigurationError: an unknown option;
@@ -244,7 +244,7 @@ def connect(
         redis_url=redis_url,
         schema=schema,
         poll_interval=options.pop("poll_interval", 1.0),
-        max_payload_bytes=options.get("max_payload_bytes", 65_536),
+        max_payload_bytes=options.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES),
     )
     app_options = {name: options.pop(name) for name in _APP_OPTIONS if name in options}
     container = build_container(

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.validation import validate_queue
 
 DEFAULT_DATABASE_URL = "sqlite:///tether.db"
@@ -248,7 +249,7 @@ class Settings:
     heartbeat_interval: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     reap_interval: float = attrs.field(default=30.0, validator=_seconds())
     drain_timeout: float = attrs.field(default=30.0, validator=_seconds(allow_zero=True))
-    max_payload_bytes: int = attrs.field(default=65_536, validator=_int_between(1, MAX_PAYLOAD_LIMIT))
+    max_payload_bytes: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_int_between(1, MAX_PAYLOAD_LIMIT))
     log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
 
     def __attrs_post_init__(self) -> None:
