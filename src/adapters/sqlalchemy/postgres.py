@@ -362,15 +362,8 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         return list(conn.execute(stmt))
 
     def _expired_rows(self, conn: Connection, now: datetime, limit: int) -> list[Row[Any]]:
-        t = self.table
-        stmt = (
-            select(t)
-            .where(status_is(t.c.status, JobStatus.RUNNING), t.c.lease_expires_at <= now)
-            .order_by(t.c.lease_expires_at, t.c.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-        return list(conn.execute(stmt))
+        """As the base class, skipping rows another reaper (or a fenced write) holds locked."""
+        return list(conn.execute(self._expired_select(now, limit).with_for_update(skip_locked=True)))
 
 
 __all__ = [

@@ -37,6 +37,7 @@ from sqlalchemy import (
     Insert,
     Integer,
     MetaData,
+    Select,
     Table,
     bindparam,
     case,
@@ -904,15 +905,18 @@ class SqlAlchemyJobRepository(JobRepository):
         )
 
     # -- maintenance -----------------------------------------------------------------------------
-    def _expired_rows(self, conn: Connection, now: datetime, limit: int) -> list[Row[Any]]:
+    def _expired_select(self, now: datetime, limit: int) -> Select[Any]:
+        """Up to ``limit`` running jobs whose lease expired at or before ``now``, oldest expiry first."""
         t = self.table
-        stmt = (
+        return (
             select(t)
             .where(status_is(t.c.status, JobStatus.RUNNING), t.c.lease_expires_at <= now)
             .order_by(t.c.lease_expires_at, t.c.id)
             .limit(limit)
         )
-        return list(conn.execute(stmt))
+
+    def _expired_rows(self, conn: Connection, now: datetime, limit: int) -> list[Row[Any]]:
+        return list(conn.execute(self._expired_select(now, limit)))
 
     def _reap_rows(self, conn: Connection, now: datetime, limit: int) -> list[Job]:
         t = self.table
