@@ -35,8 +35,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,27 +106,24 @@ def wait_marks(path: str, wanted: set[int], timeout: float) -> dict[int, float]:
         time.sleep(0.02)
 
 
-@contextmanager
-def backend(name: str, folder: str) -> Iterator[tuple[str, str | None, Any]]:
-    """(database URL, schema, cleanup handle) of a fresh store."""
+def backend(name: str, folder: str) -> tuple[str, str | None]:
+    """(database URL, schema) of a fresh store; a PostgreSQL schema is dropped by :func:`measure`."""
     if name == "memory":
-        yield "memory://", None, None
-    elif name == "sqlite":
-        yield f"sqlite:///{os.path.join(folder, f'lat-{uuid.uuid4().hex[:6]}.db')}", None, None
-    elif name == "postgres":
-        url = os.environ.get("TETHER_TEST_DATABASE_URL", DEFAULT_POSTGRES)
-        schema = f"tether_lat_{uuid.uuid4().hex[:8]}"
-        yield url, schema, None
-    else:  # pragma: no cover - argparse restricts the choices
-        raise SystemExit(f"unknown backend {name!r}")
+        return "memory://", None
+    if name == "sqlite":
+        return f"sqlite:///{os.path.join(folder, f'lat-{uuid.uuid4().hex[:6]}.db')}", None
+    if name == "postgres":
+        return os.environ.get("TETHER_TEST_DATABASE_URL", DEFAULT_POSTGRES), f"tether_lat_{uuid.uuid4().hex[:8]}"
+    raise SystemExit(f"unknown backend {name!r}")  # pragma: no cover - argparse restricts the choices
 
 
 def delete_redis_keys(redis_url: str, prefix: str) -> None:
     import redis
+    from tether.adapters.redis_keys import StreamKeys
 
     client = redis.Redis.from_url(redis_url)
     try:
-        keys = list(client.scan_iter(match="{" + prefix + "}:*", count=1000))
+        keys = list(client.scan_iter(match=StreamKeys(prefix).pattern(), count=1000))
         if keys:
             client.delete(*keys)
     finally:
@@ -144,69 +139,69 @@ def measure(args: argparse.Namespace, backend_name: str, dispatcher: str, folder
     USED_PREFIXES.append(prefix)
     marks_path = os.path.join(folder, f"marks-{uuid.uuid4().hex[:6]}")
     result: dict[str, Any] = {"backend": backend_name, "dispatcher": dispatcher, "jobs": args.jobs}
-    with backend(backend_name, folder) as (db_url, schema, _):
-        app = make_app(db_url, schema, redis_url, prefix, args.poll_interval)
-        proc: subprocess.Popen[bytes] | None = None
-        pool = None
-        try:
-            if backend_name == "memory":
-                result["worker"] = "same process (thread)"
-                attach_marker(app, marks_path)
-                pool = app.worker(concurrency=1, max_wait=1.0, reap_interval=60.0)
-                threading.Thread(target=pool.run, kwargs={"install_signal_handlers": False}, daemon=True).start()
-            else:
-                result["worker"] = "separate process"
-                cmd = [sys.executable, os.path.abspath(__file__), "--role", "worker", "--db-url", db_url,
-                       "--marks", marks_path, "--prefix", prefix, "--poll-interval", str(args.poll_interval)]
-                if schema:
-                    cmd += ["--schema", schema]
-                if redis_url:
-                    cmd += ["--redis-url", redis_url]
-                proc = subprocess.Popen(cmd, start_new_session=True)
-            warm = [WARMUP_BASE + i for i in range(3)]
-            for i in warm:
-                app.enqueue(JOB_TYPE, {"i": i})
-            marks = wait_marks(marks_path, set(warm), timeout=60)
-            if not set(warm) <= marks.keys():
-                raise RuntimeError("warm-up jobs never ran")
-            time.sleep(1.0)  # let the worker go idle
-            t_call: list[float] = []
-            t_ret: list[float] = []
-            t0 = time.time() + 0.05
-            for i in range(args.jobs):
-                delay = t0 + i * args.interval - time.time()
-                if delay > 0:
-                    time.sleep(delay)
-                t_call.append(time.time())
-                app.enqueue(JOB_TYPE, {"i": i})
-                t_ret.append(time.time())
-            marks = wait_marks(marks_path, set(range(args.jobs)), timeout=30)
-            lat = [(marks[i] - t_call[i]) * 1000 for i in range(args.jobs) if i in marks]
-            enq = [(r - c) * 1000 for c, r in zip(t_call, t_ret)]
-            result.update(
-                missing=args.jobs - len(lat),
-                p50_ms=round(percentile(lat, 50), 2),
-                p95_ms=round(percentile(lat, 95), 2),
-                p99_ms=round(percentile(lat, 99), 2),
-                max_ms=round(max(lat), 2),
-                enqueue_call_p50_ms=round(percentile(enq, 50), 2),
-            )
-        finally:
-            if pool is not None:
-                pool.stop(drain_timeout=5)
-            if proc is not None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=30)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(proc.pid, signal.SIGKILL)
+    db_url, schema = backend(backend_name, folder)
+    app = make_app(db_url, schema, redis_url, prefix, args.poll_interval)
+    proc: subprocess.Popen[bytes] | None = None
+    pool = None
+    try:
+        if backend_name == "memory":
+            result["worker"] = "same process (thread)"
+            attach_marker(app, marks_path)
+            pool = app.worker(concurrency=1, max_wait=1.0, reap_interval=60.0)
+            threading.Thread(target=pool.run, kwargs={"install_signal_handlers": False}, daemon=True).start()
+        else:
+            result["worker"] = "separate process"
+            cmd = [sys.executable, os.path.abspath(__file__), "--role", "worker", "--db-url", db_url,
+                   "--marks", marks_path, "--prefix", prefix, "--poll-interval", str(args.poll_interval)]
             if schema:
-                drop = getattr(app.repository, "drop_schema", None)
-                if drop is not None:
-                    drop()
-            app.close()
+                cmd += ["--schema", schema]
             if redis_url:
-                delete_redis_keys(redis_url, prefix)
+                cmd += ["--redis-url", redis_url]
+            proc = subprocess.Popen(cmd, start_new_session=True)
+        warm = [WARMUP_BASE + i for i in range(3)]
+        for i in warm:
+            app.enqueue(JOB_TYPE, {"i": i})
+        marks = wait_marks(marks_path, set(warm), timeout=60)
+        if not set(warm) <= marks.keys():
+            raise RuntimeError("warm-up jobs never ran")
+        time.sleep(1.0)  # let the worker go idle
+        t_call: list[float] = []
+        t_ret: list[float] = []
+        t0 = time.time() + 0.05
+        for i in range(args.jobs):
+            delay = t0 + i * args.interval - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            t_call.append(time.time())
+            app.enqueue(JOB_TYPE, {"i": i})
+            t_ret.append(time.time())
+        marks = wait_marks(marks_path, set(range(args.jobs)), timeout=30)
+        lat = [(marks[i] - t_call[i]) * 1000 for i in range(args.jobs) if i in marks]
+        enq = [(r - c) * 1000 for c, r in zip(t_call, t_ret)]
+        result.update(
+            missing=args.jobs - len(lat),
+            p50_ms=round(percentile(lat, 50), 2),
+            p95_ms=round(percentile(lat, 95), 2),
+            p99_ms=round(percentile(lat, 99), 2),
+            max_ms=round(max(lat), 2),
+            enqueue_call_p50_ms=round(percentile(enq, 50), 2),
+        )
+    finally:
+        if pool is not None:
+            pool.stop(drain_timeout=5)
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if schema:
+            drop = getattr(app.repository, "drop_schema", None)
+            if drop is not None:
+                drop()
+        app.close()
+        if redis_url:
+            delete_redis_keys(redis_url, prefix)
     return result
 
 
