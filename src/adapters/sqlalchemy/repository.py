@@ -130,6 +130,13 @@ class SqlAlchemyJobRepository(JobRepository):
         engine: configured by the subclass (see :func:`tether.adapters.sqlalchemy.open_repository`).
         schema: PostgreSQL schema holding ``tether_jobs`` (None: the default search path).
 
+    Times and units (every method): each datetime argument (``now``, ``retry_at``,
+    ``older_than``, ``scheduled_at``) must be timezone-aware and is stored as UTC (a naive one
+    raises :class:`~tether.domain.errors.ValidationError` naming it, nothing written); every
+    returned datetime is aware UTC; ``lease_timeout`` is in seconds (> 0).  A store that stays
+    unreachable or locked past the retries raises
+    :class:`~tether.domain.errors.StorageUnavailable`.
+
     Attributes:
         engine: the SQLAlchemy engine (callers may use it for their own transactions).
         table: the ``tether_jobs`` :class:`Table` bound to this repository's schema.
