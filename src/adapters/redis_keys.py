@@ -66,11 +66,19 @@ class StreamKeys:
         self._stream_head = f"{self.tag}:queue:"
 
     def stream(self, queue: str) -> str:
-        """The stream key of ``queue`` (validated first)."""
+        """The stream key of ``queue``.
+
+        Raises:
+            ValidationError: ``queue`` is not a valid queue name (field ``queue``).
+        """
         return self._stream_head + validate_queue(queue)
 
     def queue_of(self, stream: str) -> str:
-        """The queue name a stream key was built from (inverse of :meth:`stream`)."""
+        """The queue name a stream key was built from (inverse of :meth:`stream`).
+
+        Raises:
+            ValueError: ``stream`` is not a stream key of this prefix.
+        """
         if not stream.startswith(self._stream_head):
             raise ValueError(f"{stream!r} is not a stream of prefix {self.prefix!r}")
         return stream[len(self._stream_head) :]
