@@ -43,11 +43,6 @@ class FailurePlan:
     permanent: bool
     transient_failures: int
 
-    @property
-    def attempts_needed(self) -> int:
-        """Attempts the job takes to end: 1 for a permanent failure, else failures + 1."""
-        return 1 if self.permanent else self.transient_failures + 1
-
 
 def failure_bucket(relative_path: str) -> int:
     """The path's bucket in ``[0, 1000)`` (see the module docstring)."""
