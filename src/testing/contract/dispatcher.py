@@ -32,7 +32,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from tether.adapters.clock import FakeClock
@@ -94,11 +93,10 @@ class DispatcherContract:
         queue: str = "default",
         delay: float | None = None,
         notify: bool = True,
-        payload: Any = None,
     ) -> Job:
         """Enqueue one job at ``clock.now()`` and (unless ``notify=False``) tell the dispatcher."""
         now = clock.now()
-        new_job = prepare_job("contract.job", payload if payload is not None else {}, now=now, queue=queue, delay=delay)
+        new_job = prepare_job("contract.job", {}, now=now, queue=queue, delay=delay)
         job = repository.enqueue(new_job, now=now).job
         if notify:
             dispatcher.notify([job])
