@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from tether.adapters.redis_keys import StreamKeys
 from tether.entrypoints.cli import app
 from typer.testing import CliRunner
 
@@ -24,10 +25,10 @@ def test_enqueue_publishes_under_the_configured_prefix(tmp_path: Path, redis_cli
     try:
         result = CliRunner().invoke(app, args, env=env)
         assert result.exit_code == 0, result.output
-        entries = redis_client.xrange(f"{{{prefix}}}:queue:default")
+        entries = redis_client.xrange(StreamKeys(prefix).stream("default"))
         assert [fields["id"] for _, fields in entries] == ["1"]
     finally:
-        keys = list(redis_client.scan_iter(match=f"{{{prefix}}}:*"))
+        keys = list(redis_client.scan_iter(match=StreamKeys(prefix).pattern()))
         if keys:
             redis_client.delete(*keys)
 
