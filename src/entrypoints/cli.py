@@ -33,7 +33,7 @@ from rich.table import Table
 from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
-from tether.entrypoints.settings import Settings, env_name
+from tether.entrypoints.settings import Settings, env_name, flag_name
 from typer.core import TyperGroup
 
 if TYPE_CHECKING:
@@ -128,34 +128,28 @@ app.add_typer(db_app, name="db")
 
 
 # -- shared options ---------------------------------------------------------------------------
+def _setting_option(setting: str, help: str, *short: str) -> Any:
+    """The Typer option of the :class:`Settings` field ``setting``: its flag and ``TETHER_*``
+    variable are the ones :func:`flag_name` and :func:`env_name` give (so help texts and error
+    messages name the same), plus any ``short`` aliases such as ``-c``."""
+    return typer.Option(flag_name(setting), *short, envvar=env_name(setting), help=help)
+
+
 DatabaseUrl = Annotated[
     Optional[str],
-    typer.Option(
-        "--database-url",
-        envvar=env_name("database_url"),
-        help="Where jobs live: memory://, sqlite:///path.db or postgresql+psycopg://user@host/db. [default: sqlite:///tether.db]",
+    _setting_option(
+        "database_url",
+        "Where jobs live: memory://, sqlite:///path.db or postgresql+psycopg://user@host/db. [default: sqlite:///tether.db]",
     ),
 ]
 RedisUrl = Annotated[
-    Optional[str],
-    typer.Option(
-        "--redis-url",
-        envvar=env_name("redis_url"),
-        help="Redis URL for Redis Streams dispatch. [default: none, poll the database]",
-    ),
+    Optional[str], _setting_option("redis_url", "Redis URL for Redis Streams dispatch. [default: none, poll the database]")
 ]
 RedisPrefix = Annotated[
     Optional[str],
-    typer.Option(
-        "--redis-prefix",
-        envvar=env_name("redis_prefix"),
-        help="Key prefix of the Redis streams; the same as the workers'. [default: tether]",
-    ),
+    _setting_option("redis_prefix", "Key prefix of the Redis streams; the same as the workers'. [default: tether]"),
 ]
-Schema = Annotated[
-    Optional[str],
-    typer.Option("--schema", envvar=env_name("schema"), help="Database schema holding Tether's tables (PostgreSQL)."),
-]
+Schema = Annotated[Optional[str], _setting_option("schema", "Database schema holding Tether's tables (PostgreSQL).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -615,9 +609,7 @@ def worker(
             help="module:attribute of your Tether app (its handlers are what the worker runs), e.g. myproject.jobs:app.",
         ),
     ],
-    concurrency: Annotated[
-        Optional[int], typer.Option("--concurrency", "-c", envvar=env_name("concurrency"), help="Worker threads. [default: 4]")
-    ] = None,
+    concurrency: Annotated[Optional[int], _setting_option("concurrency", "Worker threads. [default: 4]", "-c")] = None,
     queues: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -627,34 +619,23 @@ def worker(
         ),
     ] = None,
     lease_timeout: Annotated[
-        Optional[float],
-        typer.Option(
-            "--lease-timeout", envvar=env_name("lease_timeout"), help="Seconds a lease lasts without a heartbeat. [default: 900]"
-        ),
+        Optional[float], _setting_option("lease_timeout", "Seconds a lease lasts without a heartbeat. [default: 900]")
     ] = None,
     heartbeat_interval: Annotated[
         Optional[float],
-        typer.Option(
-            "--heartbeat-interval",
-            envvar=env_name("heartbeat_interval"),
-            help="Seconds between lease heartbeats. [default: lease timeout / 3]",
-        ),
+        _setting_option("heartbeat_interval", "Seconds between lease heartbeats. [default: lease timeout / 3]"),
     ] = None,
     reap_interval: Annotated[
-        Optional[float],
-        typer.Option("--reap-interval", envvar=env_name("reap_interval"), help="Seconds between reaper passes. [default: 30]"),
+        Optional[float], _setting_option("reap_interval", "Seconds between reaper passes. [default: 30]")
     ] = None,
     drain_timeout: Annotated[
         Optional[float],
-        typer.Option(
-            "--drain-timeout",
-            envvar=env_name("drain_timeout"),
-            help="On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]",
+        _setting_option(
+            "drain_timeout", "On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]"
         ),
     ] = None,
     log_level: Annotated[
-        Optional[str],
-        typer.Option("--log-level", envvar=env_name("log_level"), help="DEBUG, INFO, WARNING or ERROR. [default: INFO]"),
+        Optional[str], _setting_option("log_level", "DEBUG, INFO, WARNING or ERROR. [default: INFO]")
     ] = None,
     worker_id: Annotated[
         Optional[str], typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")
