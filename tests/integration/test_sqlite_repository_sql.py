@@ -17,7 +17,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, 
 from sqlalchemy.orm import Session
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import SqliteJobRepository, open_repository
-from tether.domain.errors import ConfigurationError, PayloadError, StorageUnavailable, ValidationError
+from tether.domain.errors import ConfigurationError, LeaseLost, PayloadError, StorageUnavailable, ValidationError
 from tether.domain.job import JobStatus
 from tether.domain.timeutil import to_micros
 from tether.domain.validation import prepare_job
@@ -342,3 +342,20 @@ def _try(call: Any) -> Any:
         return call()
     except Exception as error:  # noqa: BLE001 - the test inspects it
         return error
+
+
+def test_complete_many_reports_a_stale_token_next_to_the_current_one_as_lease_lost(
+    repo: SqliteJobRepository, clock: FakeClock
+) -> None:
+    job = repo.enqueue(_job(clock), now=clock.now()).job
+    stale = repo.lease(queues=None, worker_id="a", now=clock.now(), lease_timeout=60)[0]
+    clock.advance(61)
+    assert [j.id for j in repo.reap(now=clock.now())] == [job.id]
+    current = repo.lease(queues=None, worker_id="b", now=clock.now(), lease_timeout=60)[0]
+    assert stale.lease_token != current.lease_token
+    outcomes = repo.complete_many(
+        [(job.id, stale.lease_token or ""), (job.id, current.lease_token or "")], now=clock.now()
+    )
+    assert isinstance(outcomes[0], LeaseLost) and outcomes[0].token == stale.lease_token
+    assert not isinstance(outcomes[1], LeaseLost) and outcomes[1].status is JobStatus.COMPLETED
+    assert repo.get(job.id).status is JobStatus.COMPLETED

@@ -284,20 +284,25 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
 
     _complete_rows_single = True
 
-    def _complete_rows(self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime) -> list[Row[Any]]:
-        """All the fenced completions in one statement: ``UPDATE ... FROM unnest(ids, tokens)``."""
+    def _complete_rows(
+        self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime
+    ) -> dict[tuple[int, str], Row[Any]]:
+        """All the fenced completions in one statement: ``UPDATE ... FROM unnest(ids, tokens)``;
+        each row comes back with the token that matched it (``fenced_token``)."""
         statement = self._statements.get("complete_many")
         if statement is None:  # built once: rebuilding a text() costs a cache-key walk per call
             statement = text(
                 f"UPDATE {self._qualified_table} AS j SET status = 'completed', finished_at = :now, lease_token = NULL, "
                 "leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
                 "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS v(id, token) "
-                "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token RETURNING j.*"
-            ).columns(*self.table.c)
+                "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token "
+                "RETURNING j.*, v.token AS fenced_token"
+            ).columns(*self.table.c, fenced_token=Text())
             self._statements["complete_many"] = statement
-        return list(  # .all(): one fetchall, not a fetchone per row
-            conn.execute(statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]}).all()
-        )
+        rows = conn.execute(  # .all(): one fetchall, not a fetchone per row
+            statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]}
+        ).all()
+        return {(int(row.id), row.fenced_token): row for row in rows}
 
     @property
     def _qualified_table(self) -> str:

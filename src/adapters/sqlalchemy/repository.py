@@ -811,14 +811,17 @@ class SqlAlchemyJobRepository(JobRepository):
             lambda r: r.status == JobStatus.COMPLETED.value and r.finished_at == now,
         )
 
-    def _complete_rows(self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime) -> list[Row[Any]]:
-        """Fenced completion of each (id, token) in ``items`` in this transaction; the rows written."""
+    def _complete_rows(
+        self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime
+    ) -> dict[tuple[int, str], Row[Any]]:
+        """Fenced completion of each (id, token) in ``items`` in this transaction; the rows written,
+        by the (id, token) whose compare-and-set wrote them."""
         stmt = self._fenced_statement("complete")
-        written: list[Row[Any]] = []
+        written: dict[tuple[int, str], Row[Any]] = {}
         for job_id, token in items:
             row = conn.execute(stmt, {"p_id": job_id, "p_token": token, "p_now": now}).first()
             if row is not None:
-                written.append(row)
+                written[(job_id, token)] = row
         return written
 
     #: Whether :meth:`_complete_rows` is one statement (run as its own transaction where allowed).
@@ -843,9 +846,8 @@ class SqlAlchemyJobRepository(JobRepository):
                 rows = self._write_once(
                     "complete jobs", lambda c: self._complete_rows(c, batch, now), single=self._complete_rows_single  # noqa: B023
                 )
-                by_id = {int(r.id): r for r in rows}
-                for job_id, token in batch:
-                    row = by_id.get(job_id)
+                for job_id, token in batch:  # by (id, token): a stale token next to the current one is LeaseLost
+                    row = rows.get((job_id, token))
                     done[(job_id, token)] = row_to_job(row) if row is not None else LeaseLost(job_id, token)
                 pending = []
             except _UnknownOutcome:
