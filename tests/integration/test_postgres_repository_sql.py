@@ -360,6 +360,25 @@ def test_an_interrupted_lease_commit_is_recovered_not_lost(repo: PostgresJobRepo
     assert repo.complete(job.id, leased[0].lease_token or "", now=clock.now()).status is JobStatus.COMPLETED
 
 
+def test_a_lease_whose_commit_keeps_being_interrupted_raises_not_no_job(repo: PostgresJobRepository, clock: FakeClock,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fakes only what cannot be caused on demand: every lease's connection dies before it lands."""
+    job = repo.enqueue(_job(clock), now=clock.now()).job
+    calls = {"n": 0}
+
+    def lost_before_landing(doing: str, work: Any, **options: Any) -> Any:
+        calls["n"] += 1
+        raise repository_module._UnknownOutcome(ConnectionError("server closed the connection"))
+
+    monkeypatch.setattr(repo, "_write_once", lost_before_landing)
+    monkeypatch.setattr(repo, "retry_base_delay", 0.001)
+    with pytest.raises(StorageUnavailable, match="could not lease jobs"):
+        repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)
+    monkeypatch.undo()
+    assert calls["n"] == repo.retry_attempts
+    assert repo.get(job.id).status is JobStatus.QUEUED and repo.get(job.id).attempts == 0
+
+
 def test_an_interrupted_fenced_write_is_verified_by_reading_the_row(repo: PostgresJobRepository, clock: FakeClock,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     a = repo.enqueue(_job(clock), now=clock.now()).job

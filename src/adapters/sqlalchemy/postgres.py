@@ -59,7 +59,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository, _UnknownOutcome, status_is
-from tether.domain.errors import ConfigurationError, TetherError
+from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError
 from tether.domain.job import EnqueueResult, JobStatus, NewJob
 
 log = logging.getLogger("tether.adapters.sqlalchemy")
@@ -351,7 +351,8 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
                     return recovered
                 if attempt + 1 < self.retry_attempts:
                     self._sleep(attempt)
-        return []
+        # never "no job" because the store kept failing (the contract of lease)
+        raise StorageUnavailable(f"{self.safe_url}: could not lease jobs: the connection kept failing")
 
     def _rows_leased_under(
         self, conn: Connection, secret: str, worker_id: str, now: datetime, lease_timeout: float
