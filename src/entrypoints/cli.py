@@ -33,7 +33,7 @@ from rich.table import Table
 from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
-from tether.entrypoints.settings import Settings, env_name, flag_name
+from tether.entrypoints.settings import Settings, env_name, flag_name, sqlite_path
 from typer.core import TyperGroup
 
 if TYPE_CHECKING:
@@ -185,12 +185,6 @@ def _require_sqlite_file(settings: Settings) -> None:
             f"database_url: no SQLite database at {path}; check the URL, or create it with "
             f"`tether db init --database-url {settings.database_url}`"
         )
-
-
-def sqlite_path(url: str) -> str:
-    """The file path of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL."""
-    rest = url.split("://", 1)[1].split("?", 1)[0]
-    return rest[1:] if rest.startswith("/") else rest
 
 
 def _iso(value: datetime | None) -> str | None:

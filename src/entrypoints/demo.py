@@ -43,7 +43,7 @@ from tether.domain.errors import ConfigurationError, PermanentError, ValidationE
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.demo_tasks import PlannedFailure, ResultsFile, failure_plan, file_stats
-from tether.entrypoints.settings import check_redis_url, database_kind, redact_url
+from tether.entrypoints.settings import check_redis_url, database_kind, redact_url, sqlite_path
 from tether.ports.clock import Clock
 
 if TYPE_CHECKING:
@@ -184,8 +184,7 @@ def percentile(values: list[float], fraction: float) -> float | None:
 
 
 def _remove_sqlite_file(url: str) -> None:
-    path = url.split("://", 1)[1]
-    path = path[1:] if path.startswith("/") else path  # sqlite:///rel -> rel ; sqlite:////abs -> /abs
+    path = sqlite_path(url)
     for suffix in ("", "-wal", "-shm", "-journal"):
         candidate = Path(path + suffix)
         if candidate.exists():

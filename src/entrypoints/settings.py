@@ -128,6 +128,12 @@ def database_kind(url: str) -> str:
     )
 
 
+def sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL (query left out)."""
+    rest = url.split("://", 1)[1].split("?", 1)[0]
+    return rest[1:] if rest.startswith("/") else rest
+
+
 def check_redis_url(url: str | None) -> str | None:
     """None (polling), or a ``redis://``, ``rediss://`` or ``unix://`` URL.
 
