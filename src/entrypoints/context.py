@@ -26,6 +26,9 @@ class JobContext:
     recorded), or when the worker learns that the lease was lost (the reaper took the job back).
     A long handler should check :attr:`cancelled` or use :meth:`sleep` between steps and return
     promptly once cancelled.
+
+    Built by the worker pool (``lease_timeout`` in seconds); raises ValueError for a job that
+    holds no lease token.
     """
 
     def __init__(

@@ -129,6 +129,9 @@ class MaintenanceLoop:
         maintain_interval: seconds between ``dispatcher.maintain(now)`` calls (> 0); the
             dispatcher applies its own cadence (e.g. a sweep interval) on top.
         name: the thread name.
+
+    Raises:
+        ValidationError: an interval that is not a finite number of seconds > 0.
     """
 
     def __init__(

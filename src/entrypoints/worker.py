@@ -286,6 +286,9 @@ class WorkerPool:
 
         Handler threads still busy after their job was released are daemon threads: they do not
         keep the process alive.
+
+        Raises:
+            ValidationError: ``drain_timeout`` is not a finite number of seconds >= 0.
         """
         drain = self.drain_timeout if drain_timeout is None else validate_seconds(drain_timeout, "drain_timeout")
         with self._stop_lock:
