@@ -336,10 +336,10 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
     def _lease_write(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
     ) -> list[Row[Any]]:
+        stmt = self._lease_template(self._queue_shape(queues))
         for attempt in range(self.retry_attempts):
             params = {"p_secret": secrets.token_hex(16), **self._lease_params(queues, worker_id, now, lease_timeout, limit)}
             secret = params["p_secret"]
-            stmt = self._lease_template(self._queue_shape(queues))
             try:
                 return self._write_once("lease jobs", lambda c: list(c.execute(stmt, params).all()), single=True)  # noqa: B023
             except _UnknownOutcome:

@@ -30,6 +30,7 @@ from typing import Any
 
 from sqlalchemy import Integer, bindparam, create_engine, event, func, update
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from sqlalchemy.pool import StaticPool
 from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
@@ -182,8 +183,6 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         return super()._translate(error, doing)
 
     def _insert_ignoring_key_conflicts(self) -> Any:
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
         return sqlite_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
 
     def _lease_rows(
