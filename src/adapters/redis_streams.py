@@ -5,7 +5,8 @@ The repository is the source of truth; Redis only carries "look at job N".  The 
 
 * **Publishing** (:meth:`RedisStreamsDispatcher.notify`, called after the enqueue commits): one
   pipelined ``XADD <stream of the job's queue> MAXLEN ~ <maxlen> * id <job id>`` per due job, plus
-  ``SADD`` of the queue name to the application's queue registry.  A job due in the future is not
+  ``SADD`` of the queue name to the application's queue registry (at most once a second per queue
+  and process).  A job due in the future is not
   published; the sweep publishes it once due.  A failed publish is logged (at most about one line a
   second) and swallowed: the enqueue has committed, and the sweep will publish the job.
 * **Consuming** (:meth:`~RedisStreamsDispatcher.acquire`): one consumer group (``group``) shared by
@@ -123,6 +124,9 @@ CLAIM_COUNT, CLAIM_ROUNDS = 100, 10
 ACK_COALESCE = 0.01
 #: At most this many future jobs wait on this process's local timer (the sweep covers the rest).
 TIMER_LIMIT = 10_000
+#: A process adds a queue to the registry set at most once per this many seconds (the sweep also
+#: adds every queue it publishes), so a steady stream of enqueues costs one XADD each.
+REGISTRY_REFRESH = 1.0
 #: Seconds to wait for a TCP connection to Redis.
 CONNECT_TIMEOUT = 1.0
 
@@ -308,6 +312,7 @@ class RedisStreamsDispatcher(Dispatcher):
         self._ensured: set[str] = set()
         self._local_queues: set[str] = set()
         self._registry_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
+        self._registered: dict[str, float] = {}  # queue -> monotonic time of this process's last SADD
         self._held: list[HeldEntry] = []
         self._deferred_acks: dict[str, list[str]] = {}
         self._ack_wanted = threading.Event()
@@ -408,18 +413,30 @@ class RedisStreamsDispatcher(Dispatcher):
             log.exception("publishing %d job(s) failed; the sweep will publish them", len(jobs))
 
     def _publish(self, targets: Iterable[tuple[int, str]]) -> None:
-        """One pipeline: XADD each ``(job id, queue)`` to its queue's stream, SADD the queues to the registry."""
+        """XADD each ``(job id, queue)`` to its queue's stream, and SADD the queues to the registry
+        unless this process did so in the last :data:`REGISTRY_REFRESH` seconds: one round trip.
+        A single XADD is sent as a plain command (the enqueue-latency path); more go in a pipeline."""
+        targets = list(targets)
+        if not targets:
+            return
+        queues = {queue for _, queue in targets}
+        clock = time.monotonic()
+        with self._lock:
+            stale = sorted(q for q in queues if clock - self._registered.get(q, -REGISTRY_REFRESH) >= REGISTRY_REFRESH)
+        if len(targets) == 1 and not stale:
+            job_id, queue = targets[0]
+            self._client.xadd(self._keys.stream(queue), {"id": job_id}, maxlen=self._maxlen, approximate=True)
+            return
         pipe = self._client.pipeline(transaction=False)
-        queues: set[str] = set()
         for job_id, queue in targets:
             pipe.xadd(self._keys.stream(queue), {"id": job_id}, maxlen=self._maxlen, approximate=True)
-            queues.add(queue)
-        if not queues:
-            return
-        pipe.sadd(self._keys.registry, *sorted(queues))
+        if stale:
+            pipe.sadd(self._keys.registry, *stale)
         pipe.execute()
         with self._lock:
             self._local_queues |= queues
+            for queue in stale:
+                self._registered[queue] = clock
 
     # -- jobs due later, published by this process when due ----------------------------------------
     def _remember_later(self, jobs: Sequence[Job]) -> None:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
@@ -340,6 +340,39 @@ def test_operations_survive_terminated_connections(shared_repo: PostgresJobRepos
         assert repo.get(job.id).status is JobStatus.COMPLETED
     finally:
         repo.close()
+
+
+def test_an_unkeyed_enqueue_on_a_killed_connection_is_reported_unknown_then_the_pool_heals(
+    shared_repo: PostgresJobRepository, clock: FakeClock
+) -> None:
+    """The fast enqueue path (driver-level INSERT): a connection the server terminated is found
+    out by the statement itself (pooled less than PING_IF_IDLE ago, so no ping).  The outcome
+    cannot be known, so StorageUnavailable says so; the dead connection is dropped from the pool
+    and the next enqueue lands; nothing was stored twice."""
+    repo = PostgresJobRepository.from_url(DATABASE_URL, schema=SCHEMA, pool_size=1, application_name=KILL_APP_NAME)
+    try:
+        with repo.engine.begin() as conn:
+            conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".tether_jobs RESTART IDENTITY')
+        first = repo.enqueue(_job(clock, {"n": 1}), now=clock.now()).job
+        assert _kill_backends(repo) == 1
+        with pytest.raises(StorageUnavailable, match="may or may not have been stored"):
+            repo.enqueue(_job(clock, {"n": 2}), now=clock.now())
+        third = repo.enqueue(_job(clock, {"n": 3}), now=clock.now()).job
+        assert [j.payload for j in repo.list_jobs()] == [{"n": 1}, {"n": 3}]
+        assert repo.get(third.id) == third and repo.get(first.id) == first
+    finally:
+        repo.close()
+
+
+def test_the_fast_enqueue_returns_exactly_the_stored_job(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    later = clock.now() + timedelta(seconds=90)
+    payload = {"s": 'caf\u00e9 "quoted" back\\slash \u2603', "n": [1, 2.5, None]}
+    new = _job(clock, payload, queue="q-1", priority=-3, max_attempts=7,
+               run_at=later.astimezone(timezone(timedelta(hours=5))))
+    result = repo.enqueue(new, now=clock.now())
+    assert result.created and result.job == repo.get(result.job.id)
+    assert result.job.scheduled_at == later and result.job.scheduled_at.utcoffset() == timedelta(0)
+    assert result.job.payload == payload and (result.job.priority, result.job.max_attempts) == (-3, 7)
 
 
 def test_an_interrupted_lease_commit_is_recovered_not_lost(repo: PostgresJobRepository, clock: FakeClock,

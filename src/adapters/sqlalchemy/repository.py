@@ -123,6 +123,14 @@ class _UnknownOutcome(Exception):
         self.cause = cause
 
 
+def unknown_enqueue_error(safe_url: str) -> StorageUnavailable:
+    """The error of an enqueue without an idempotency key whose commit outcome is unknown."""
+    return StorageUnavailable(
+        f"{safe_url}: the connection was lost while enqueueing a job without an idempotency key; "
+        "it may or may not have been stored (use an idempotency key to make enqueue safe to retry)"
+    )
+
+
 class SqlAlchemyJobRepository(JobRepository):
     """A :class:`~tether.ports.repository.JobRepository` on a SQLAlchemy :class:`Engine`.
 
@@ -436,10 +444,7 @@ class SqlAlchemyJobRepository(JobRepository):
         try:
             return self._write_once("enqueue a job", lambda c: self._insert_one(c, new_job, now), single=True)
         except _UnknownOutcome as unknown:
-            raise StorageUnavailable(
-                f"{self.safe_url}: the connection was lost while enqueueing a job without an idempotency key; "
-                "it may or may not have been stored (use an idempotency key to make enqueue safe to retry)"
-            ) from unknown.cause
+            raise unknown_enqueue_error(self.safe_url) from unknown.cause
 
     def _insert_ids(self, conn: Connection, new_jobs: list[NewJob], now: datetime) -> list[tuple[int, str | None]]:
         """Insert ``new_jobs`` (keys unique among them) created at ``now``, skipping key conflicts;
