@@ -375,12 +375,30 @@ def test_reap_takes_back_expired_leases_and_notifies(app, repo, clock, dispatche
     assert app.reap() == []
 
 
-def test_close_closes_dispatcher_and_repository_once(repo, clock) -> None:
+def test_close_closes_dispatcher_and_repository_once(repo, clock, monkeypatch) -> None:
     dispatcher = RecordingDispatcher()
+    closes: list[str] = []
+    real_repo_close = repo.close
+    monkeypatch.setattr(dispatcher, "close", lambda: closes.append("dispatcher"))
+    monkeypatch.setattr(repo, "close", lambda: (closes.append("repository"), real_repo_close()))
     with Tether(repo, dispatcher, clock) as app:  # type: ignore[arg-type]
         app.enqueue("t", {})
-    assert dispatcher.closed
-    app.close()  # idempotent
+    app.close()  # idempotent: nothing is closed twice
+    assert closes == ["dispatcher", "repository"]
+
+
+def test_close_gets_to_the_repository_when_the_dispatcher_fails_to_close(repo, clock, monkeypatch, caplog) -> None:
+    dispatcher = RecordingDispatcher()
+    closes: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("socket already gone")
+
+    monkeypatch.setattr(dispatcher, "close", broken)
+    monkeypatch.setattr(repo, "close", lambda: closes.append("repository"))
+    Tether(repo, dispatcher, clock).close()  # type: ignore[arg-type]
+    assert closes == ["repository"]
+    assert "error while closing" in caplog.text and "socket already gone" in caplog.text
 
 
 @pytest.mark.parametrize(
