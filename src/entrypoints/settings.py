@@ -48,6 +48,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SCHEMA_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 MAX_CONCURRENCY = 1024
 MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
+#: Smallest ``max_payload_bytes``: two bytes, the empty object ``{}`` (as :class:`tether.Tether` requires).
+MIN_PAYLOAD_LIMIT = 2
 
 
 class InvalidSetting(ConfigurationError):
@@ -255,7 +257,7 @@ class Settings:
     heartbeat_interval: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     reap_interval: float = attrs.field(default=30.0, validator=_seconds())
     drain_timeout: float = attrs.field(default=30.0, validator=_seconds(allow_zero=True))
-    max_payload_bytes: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_int_between(1, MAX_PAYLOAD_LIMIT))
+    max_payload_bytes: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_int_between(MIN_PAYLOAD_LIMIT, MAX_PAYLOAD_LIMIT))
     log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
 
     def __attrs_post_init__(self) -> None:

@@ -63,6 +63,7 @@ def test_environment_beats_defaults_and_flags_beat_environment() -> None:
         ({"reap_interval": 0}, "reap_interval"),
         ({"drain_timeout": -0.5}, "drain_timeout"),
         ({"max_payload_bytes": 0}, "max_payload_bytes"),
+        ({"max_payload_bytes": 1}, "max_payload_bytes"),  # below what Tether itself accepts ("{}")
         ({"log_level": "LOUD"}, "log_level"),
     ],
 )
