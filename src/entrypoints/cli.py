@@ -43,9 +43,17 @@ EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
 
 
+#: Line width when stdout is a pipe or file and COLUMNS is unset: wide enough that no column of
+#: ``jobs list`` is cut (Rich would assume 80), so ``| grep`` and ``> file`` see whole values.
+PIPE_WIDTH = 400
+
+
 def _stdout() -> Console:
     """A console on the current stdout (made per call, so CliRunner's capture and COLUMNS apply)."""
-    return Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = PIPE_WIDTH
+    return console
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:

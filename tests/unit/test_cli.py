@@ -227,6 +227,17 @@ def test_environment_variable_is_used_and_a_flag_beats_it(monkeypatch: pytest.Mo
     assert (in_env, in_flag) == (["a"], ["b"])
 
 
+def test_jobs_list_into_a_pipe_shows_whole_values(db: str) -> None:
+    """CliRunner's output is not a terminal, like a pipe: long names must not be cut to 80 columns."""
+    long_type = "billing.invoices.generate_monthly_statement_for_enterprise_accounts"
+    long_queue = "enterprise-billing-statements-eu-west"
+    assert cli("enqueue", long_type, "--queue", long_queue, "--database-url", db).exit_code == 0
+    table = cli("jobs", "list", "--database-url", db)
+    assert table.exit_code == 0
+    row = next(line for line in table.output.splitlines() if long_type in line)
+    assert long_queue in row and "queued" in row and "…" not in row
+
+
 def _run_until_idle(db: str, handlers: dict[str, Any]) -> None:
     tether_app = connect(db)
     try:
