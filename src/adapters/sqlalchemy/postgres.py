@@ -18,8 +18,8 @@
   caller before the statement runs.  If the connection dies while the lease commits, the
   repository reads back the rows leased under that secret and returns them, so a lost reply
   never silently burns an attempt.
-- **Idempotent enqueue** uses ``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING``:
-  an insert of a key held by another open transaction waits for it; rollback lets ours in,
+- **Idempotent enqueue** uses ``INSERT ... ON CONFLICT (idempotency_key) WHERE idempotency_key IS
+  NOT NULL DO NOTHING RETURNING`` (the conflict target is the partial unique index): an insert of a key held by another open transaction waits for it; rollback lets ours in,
   commit makes ours return that job (case C10).  No unique-violation ever reaches a caller.
 - **Round trips**: a write that is one statement (lease, complete, fail, heartbeat, release,
   enqueue) runs as its own transaction (autocommit: no BEGIN/COMMIT round trips); bulk enqueue is
@@ -38,8 +38,9 @@
   never re-sent and raises StorageUnavailable saying it may or may not be stored.
 - **Time**: every stored time is the ``now`` the caller passes (the injected clock); the
   server's ``now()`` is never used, so one clock rules all comparisons.
-- **Schema**: ``schema=`` names the PostgreSQL schema holding ``tether_jobs``, so several
-  applications (and parallel test runs) share one database.
+- **Schema**: ``schema=`` names the PostgreSQL schema holding ``tether_jobs`` and its Alembic
+  version table, so several applications (and parallel test runs) share one database;
+  :meth:`create_schema` runs the Alembic revisions of :mod:`.migrations` under an advisory lock.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from tether.adapters.sqlalchemy.repository import (
     status_is,
     unknown_enqueue_error,
 )
+from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE
 from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError
 from tether.domain.job import EnqueueResult, JobStatus, NewJob
 from tether.domain.timeutil import ensure_utc
@@ -257,11 +259,15 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
 
     # -- schema ----------------------------------------------------------------------------------
     def create_schema(self) -> None:
-        """Create the schema (if named) and Tether's tables, or upgrade them to the current version.
+        """Create the schema (if named) and Tether's tables, or upgrade them to the current version
+        by running the shipped Alembic revisions (:mod:`.migrations`).
 
-        Idempotent and safe to run from several processes at once (an advisory lock serialises it);
-        one transaction, so nothing is half-written.  Raises ConfigurationError for a schema from a
-        newer Tether.
+        Idempotent and safe to run from several processes at once: a transaction-scoped advisory
+        lock keyed by the schema name serialises it, and the second one finds the head already
+        applied.  One transaction, so nothing is half-written.
+
+        Raises:
+            ConfigurationError: the schema is from a newer Tether (nothing changed).
         """
 
         def work(conn: Connection) -> None:
@@ -298,7 +304,9 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
 
     # -- statements ------------------------------------------------------------------------------
     def _insert_ignoring_key_conflicts(self) -> Any:
-        return pg_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
+        return pg_insert(self.table).on_conflict_do_nothing(
+            index_elements=[self.table.c.idempotency_key], index_where=text(KEYED_PREDICATE)
+        )
 
     def _insert_ids(self, conn: Connection, new_jobs: list[NewJob], now: datetime) -> list[tuple[int, str | None]]:
         """Bulk insert as one statement over the rows sent as one JSON array (``json_to_recordset``;
@@ -324,7 +332,7 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
                 "CAST(:now AS timestamptz), u.k "
                 "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (t text, q text, p text, "
                 "r integer, m integer, s timestamptz, k text)) WITH ORDINALITY AS u(t, q, p, r, m, s, k, n) "
-                "ORDER BY u.n ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, idempotency_key"
+                f"ORDER BY u.n ON CONFLICT (idempotency_key) WHERE {KEYED_PREDICATE} DO NOTHING RETURNING id, idempotency_key"
             )
             self._statements["insert_json"] = statement
         rows: list[dict[str, Any]] = []

@@ -56,7 +56,6 @@ from sqlalchemy.orm import Session
 from tether.adapters.sqlalchemy import migrations
 from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
 from tether.adapters.sqlalchemy.mapping import inserted_job, job_state_values, new_job_values, row_to_job
-from tether.adapters.sqlalchemy.migrations import build_version_table
 from tether.adapters.sqlalchemy.schema import build_jobs_table
 from tether.domain import transitions
 from tether.domain.errors import (
@@ -163,7 +162,6 @@ class SqlAlchemyJobRepository(JobRepository):
         self.schema = schema
         self.metadata = MetaData(schema=schema)
         self.table: Table = build_jobs_table(self.metadata)
-        self.version_table: Table = build_version_table(self.metadata)
         self._serial: AbstractContextManager[Any] | None = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._closed = False
@@ -179,19 +177,26 @@ class SqlAlchemyJobRepository(JobRepository):
 
     # -- schema ----------------------------------------------------------------------------------
     def _upgrade(self, conn: Connection) -> int:
-        return migrations.upgrade(conn, self.table, self.version_table, where=self.safe_url)
+        return migrations.upgrade(conn, self.schema, where=self.safe_url)
 
     def create_schema(self) -> None:
-        """Create Tether's tables, or upgrade them to :data:`~.migrations.SCHEMA_VERSION` (idempotent).
+        """Create Tether's tables, or upgrade them to :data:`~.migrations.SCHEMA_VERSION` by running the
+        shipped Alembic revisions (idempotent; see :mod:`.migrations`).
 
         Raises:
-            ConfigurationError: the database holds a schema from a newer Tether.
+            ConfigurationError: the database holds a schema from a newer Tether (a revision this
+                Tether does not ship); nothing is changed.
         """
         self._write("create the schema", self._upgrade)
 
     def schema_version(self) -> int | None:
-        """The stored schema version (None when Tether's tables are absent)."""
-        return self._read("read the schema version", lambda c: migrations.read_version(c, self.table, self.version_table))
+        """The stored schema version: the number of the applied Alembic revision (``0002`` -> 2),
+        1 for tables from before Alembic, None when Tether's tables are absent.
+
+        Raises:
+            ConfigurationError: the version table holds a revision id that is not a Tether one.
+        """
+        return self._read("read the schema version", lambda c: migrations.read_version(c, self.schema, where=self.safe_url))
 
     def check_schema(self) -> None:
         """Raise :class:`ConfigurationError` (saying what to run) unless the schema is current."""
@@ -208,9 +213,14 @@ class SqlAlchemyJobRepository(JobRepository):
             raise migrations.newer_schema_error(self.safe_url, found)
 
     def drop_schema(self) -> None:
-        """Drop ``tether_jobs`` (tests and tear-down only: every job is lost)."""
-        with self._guard(), self.engine.begin() as conn:
+        """Drop ``tether_jobs`` and the version tables (tests and tear-down only: every job is lost)."""
+
+        def drop(conn: Connection) -> None:
             self.metadata.drop_all(conn, checkfirst=True)
+            migrations.drop_version_tables(conn, self.schema)
+
+        with self._guard(), self.engine.begin() as conn:
+            drop(conn)
 
     def schema_exists(self) -> bool:
         """True when ``tether_jobs`` exists in this repository's schema."""
@@ -404,7 +414,9 @@ class SqlAlchemyJobRepository(JobRepository):
 
     # -- enqueue ---------------------------------------------------------------------------------
     def _insert_ignoring_key_conflicts(self) -> Insert:
-        """``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING`` for this dialect."""
+        """``INSERT ... ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`` for
+        this dialect: the conflict target is the partial unique index ``ux_tether_jobs_idempotency_key``
+        (the predicate must be named for the database to infer a partial index)."""
         raise NotImplementedError
 
     def _insert_one(self, conn: Connection, new_job: NewJob, now: datetime) -> EnqueueResult:

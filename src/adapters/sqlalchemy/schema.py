@@ -13,9 +13,13 @@ Indexes (all partial, so they stay as small as the live part of the queue, case 
   ``status IN ('queued', 'retrying')``: the lease query with and without a queue filter reads
   them in lease order and stops after ``limit`` rows, whatever number of finished rows exist;
 - ``ix_tether_jobs_running_expiry`` on ``lease_expires_at`` over ``status = 'running'``: the reaper;
-- ``ix_tether_jobs_finished`` on ``finished_at`` over ``finished_at IS NOT NULL``: purge.
+- ``ix_tether_jobs_finished`` on ``finished_at`` over ``finished_at IS NOT NULL``: purge;
+- ``ux_tether_jobs_idempotency_key``, UNIQUE on ``idempotency_key`` over ``idempotency_key IS NOT
+  NULL``: a key is stored at most once, and the many jobs without a key cost this index nothing.
+  Enqueue names it as the conflict target with the same predicate (:data:`KEYED_PREDICATE`).
 
-``idempotency_key`` is UNIQUE (NULLs allowed, any number of them).  CHECK constraints keep the
+This is the table at the head revision of :mod:`.migrations` (the Alembic revisions create it;
+``tests/integration/test_migrations.py`` checks that the two agree).  CHECK constraints keep the
 state machine's invariants in the database too: a known status, ``0 <= attempts <= max_attempts``,
 and a lease token present exactly while the job is running.
 """
@@ -36,7 +40,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -47,10 +50,12 @@ TABLE_NAME = "tether_jobs"
 LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
 RUNNING_PREDICATE = "status = 'running'"
 FINISHED_PREDICATE = "finished_at IS NOT NULL"
+KEYED_PREDICATE = "idempotency_key IS NOT NULL"
 LEASABLE_QUEUE_INDEX = "ix_tether_jobs_leasable_queue"
 LEASABLE_INDEX = "ix_tether_jobs_leasable"
 RUNNING_INDEX = "ix_tether_jobs_running_expiry"
 FINISHED_INDEX = "ix_tether_jobs_finished"
+IDEMPOTENCY_KEY_INDEX = "ux_tether_jobs_idempotency_key"
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -111,7 +116,6 @@ def build_jobs_table(metadata: MetaData) -> Table:
         Column("lease_expires_at", UtcDateTime(), nullable=True),
         Column("last_error", Text(), nullable=True),
         Column("finished_at", UtcDateTime(), nullable=True),
-        UniqueConstraint("idempotency_key", name="uq_tether_jobs_idempotency_key"),
         CheckConstraint(
             "status IN ('queued', 'running', 'retrying', 'completed', 'dead')", name="ck_tether_jobs_status"
         ),
@@ -143,11 +147,20 @@ def build_jobs_table(metadata: MetaData) -> Table:
     Index(
         FINISHED_INDEX, c.finished_at, postgresql_where=text(FINISHED_PREDICATE), sqlite_where=text(FINISHED_PREDICATE)
     )
+    Index(
+        IDEMPOTENCY_KEY_INDEX,
+        c.idempotency_key,
+        unique=True,
+        postgresql_where=text(KEYED_PREDICATE),
+        sqlite_where=text(KEYED_PREDICATE),
+    )
     return table
 
 
 __all__ = [
     "FINISHED_INDEX",
+    "IDEMPOTENCY_KEY_INDEX",
+    "KEYED_PREDICATE",
     "LEASABLE_INDEX",
     "LEASABLE_QUEUE_INDEX",
     "RUNNING_INDEX",

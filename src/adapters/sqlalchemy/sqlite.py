@@ -28,12 +28,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, create_engine, event, func, update
+from sqlalchemy import Integer, bindparam, create_engine, event, func, text, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from sqlalchemy.pool import StaticPool
 from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
+from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE
 from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError
 from tether.domain.lease import new_lease_token
 
@@ -183,7 +184,9 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         return super()._translate(error, doing)
 
     def _insert_ignoring_key_conflicts(self) -> Any:
-        return sqlite_insert(self.table).on_conflict_do_nothing(index_elements=[self.table.c.idempotency_key])
+        return sqlite_insert(self.table).on_conflict_do_nothing(
+            index_elements=[self.table.c.idempotency_key], index_where=text(KEYED_PREDICATE)
+        )
 
     def _lease_rows(
         self, conn: Connection, *, queues: Any, worker_id: str, now: Any, lease_timeout: float, limit: int
