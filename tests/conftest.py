@@ -8,6 +8,7 @@ which turns the skip into a failure.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,18 @@ def service_unavailable(what: str, reason: str) -> None:
     if REQUIRE_SERVICES:
         pytest.fail(message + " (TETHER_REQUIRE_SERVICES=1)")
     pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logging() -> Iterator[None]:
+    """Undo a test's ``logging.basicConfig(force=True)`` (``tether worker`` configures logging): its
+    handler writes to a stream that is closed once the test ends, and its level would let INFO
+    lines of later tests into their captured output."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

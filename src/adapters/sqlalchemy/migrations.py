@@ -27,6 +27,9 @@ current costs one small read and no Alembic import.
 from __future__ import annotations
 
 import io
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,8 @@ LEGACY_VERSION_TABLE = "tether_schema_version"
 SCRIPT_LOCATION = Path(__file__).with_name("alembic")
 #: The revision the runner before Alembic had produced (its version 1).
 FIRST_REVISION = "0001"
+
+log = logging.getLogger("tether.adapters.sqlalchemy")
 
 
 def revision_id(version: int) -> str:
@@ -166,14 +171,31 @@ def upgrade(conn: Connection, schema: str | None, *, where: str) -> int:
         from alembic import command
 
         config = alembic_config(schema, connection=conn)
-        if stored.revision is None and stored.has_jobs:  # the bridge from the runner before Alembic
-            command.stamp(config, FIRST_REVISION)
-        command.upgrade(config, "head")
+        with _quiet_alembic():
+            if stored.revision is None and stored.has_jobs:  # the bridge from the runner before Alembic
+                command.stamp(config, FIRST_REVISION)
+            command.upgrade(config, "head")
+        log.info("%s: Tether schema %s version %s", where,
+                 "created at" if found is None else f"upgraded from version {found} to", SCHEMA_VERSION)
     if stored.legacy_version is not None and stored.legacy_version != SCHEMA_VERSION:
         legacy = _version_tables(schema)[1]
         conn.execute(delete(legacy))
         conn.execute(insert(legacy).values(version=SCHEMA_VERSION))
     return SCHEMA_VERSION
+
+
+@contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Alembic's INFO lines ("Context impl ...", one per revision) stay out of the application's
+    log; Tether logs one line per upgrade itself.  Warnings and errors still pass."""
+    logger = logging.getLogger("alembic")
+    before = logger.level
+    if before == logging.NOTSET or before < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def upgrade_sql(dialect_name: str, schema: str | None = None, *, from_version: int | None = None) -> str:

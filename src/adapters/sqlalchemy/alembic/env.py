@@ -26,7 +26,10 @@ target_metadata = build_jobs_table(MetaData(schema=schema)).metadata
 
 
 def _include_name(name: str | None, type_: str, parent_names: object) -> bool:
-    """Autogenerate looks at Tether's own tables only (the schema may hold an application's too)."""
+    """Autogenerate looks at Tether's own tables in Tether's schema only (the database may hold an
+    application's too)."""
+    if type_ == "schema":
+        return name == schema
     return type_ != "table" or is_tether_table(name)
 
 
@@ -35,7 +38,7 @@ options = {
     "version_table": VERSION_TABLE,
     "version_table_schema": schema,
     "include_name": _include_name,
-    "include_schemas": False,
+    "include_schemas": schema is not None,
 }
 
 if context.is_offline_mode():

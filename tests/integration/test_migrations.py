@@ -1,0 +1,365 @@
+"""Alembic revisions of the SQL schema, on real PostgreSQL (a schema of this run's own) and SQLite files.
+
+Expected: an empty database is brought to the head; a database of the runner before Alembic
+(``tether_schema_version`` = 1, or a bare ``tether_jobs``) is stamped 0001 and upgraded with its
+jobs intact; a second run changes nothing; two concurrent upgrades of one PostgreSQL schema both
+succeed and apply each revision once; a failing revision leaves nothing behind; a revision this
+Tether does not ship is refused naming the URL without its password; and the head schema equals
+the SQLAlchemy table definition (Alembic's autogenerate diff is empty, and the reflected columns,
+constraints and partial indexes are identical to ``metadata.create_all``'s).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import MetaData, create_engine, inspect, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from tether.adapters.sqlalchemy import open_repository
+from tether.adapters.sqlalchemy import migrations
+from tether.adapters.sqlalchemy.migrations import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE
+from tether.adapters.sqlalchemy.schema import build_jobs_table
+from tether.domain.errors import ConfigurationError
+from tether.domain.job import NewJob
+from tether.domain.validation import prepare_job
+
+from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.integration.schema_v1 import create_v1_schema
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def new_job(n: int, key: str | None = None) -> NewJob:
+    return prepare_job("reports.build", {"n": n}, now=NOW, idempotency_key=key, run_at=NOW + timedelta(seconds=n))
+
+
+@dataclass
+class Target:
+    """One database to migrate: ``url`` (as a user gives it), ``schema`` (PostgreSQL), a raw engine."""
+
+    kind: str
+    url: str
+    schema: str | None
+    engine: Engine
+
+    def open(self, **options: Any) -> Any:
+        return open_repository(self.url, schema=self.schema, **options)
+
+    def qualified(self, table: str) -> str:
+        return f'"{self.schema}".{table}' if self.schema else table
+
+    def revisions(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(text(f"SELECT version_num FROM {self.qualified(VERSION_TABLE)}")).scalars())
+
+
+def _pg_target(suffix: str) -> Iterator[Target]:
+    schema = f"tether_test_{RUN_ID}_mig_{suffix}"
+    engine = create_engine(DATABASE_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as error:  # noqa: BLE001
+        engine.dispose()
+        service_unavailable("PostgreSQL", str(error))
+    yield Target("postgres", DATABASE_URL, schema, engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'jobs.db'}"
+        engine = create_engine(url)
+        yield Target("sqlite", url, None, engine)
+        engine.dispose()
+    else:
+        yield from _pg_target(request.node.name.split("[")[0][-20:])
+
+
+# -- what a schema looks like ----------------------------------------------------------------------
+def describe(conn: Connection, schema: str | None) -> dict[str, Any]:
+    """The reflected shape of ``tether_jobs``: columns, keys, CHECKs, indexes with their predicates."""
+    inspector = inspect(conn)
+
+    def clean(value: Any) -> str:
+        return re.sub(rf'"?{schema}"?\.', "", str(value)) if schema else str(value)
+
+    shape: dict[str, Any] = {
+        "columns": [
+            (c["name"], str(c["type"]), c["nullable"], clean(c.get("default")), c.get("autoincrement"))
+            for c in inspector.get_columns("tether_jobs", schema=schema)
+        ],
+        "primary_key": inspector.get_pk_constraint("tether_jobs", schema=schema)["constrained_columns"],
+        "unique": sorted((u["name"], tuple(u["column_names"])) for u in inspector.get_unique_constraints("tether_jobs", schema=schema)),
+        "checks": sorted((c["name"], c["sqltext"]) for c in inspector.get_check_constraints("tether_jobs", schema=schema)),
+        "indexes": sorted(
+            (
+                i["name"],
+                tuple(str(c) for c in i["column_names"]),
+                tuple(str(e) for e in i.get("expressions") or ()),
+                bool(i["unique"]),
+                repr(sorted((k, clean(v)) for k, v in (i.get("dialect_options") or {}).items())),
+                repr(sorted((i.get("column_sorting") or {}).items())),
+            )
+            for i in inspector.get_indexes("tether_jobs", schema=schema)
+        ),
+    }
+    if conn.dialect.name == "sqlite":
+        sql = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'tether_jobs'").scalar_one()
+        shape["autoincrement"] = "AUTOINCREMENT" in sql
+        # SQLite does not reflect an index column's DESC: compare the CREATE INDEX statements too
+        shape["index_sql"] = sorted(
+            " ".join(row[0].split())
+            for row in conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tether_jobs' AND sql IS NOT NULL"
+            )
+        )
+    return shape
+
+
+def head_shape_from_metadata(target: Target, tmp_path: Path) -> dict[str, Any]:
+    """``describe`` of ``metadata.create_all`` (the SQLAlchemy table definition) in a fresh database."""
+    if target.kind == "sqlite":
+        engine = create_engine(f"sqlite:///{tmp_path / 'metadata.db'}")
+        schema = None
+    else:
+        engine, schema = target.engine, f"{target.schema}_md"
+    try:
+        with engine.begin() as conn:
+            if schema:
+                conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+            metadata = MetaData(schema=schema)
+            build_jobs_table(metadata)
+            metadata.create_all(conn)
+        with engine.connect() as conn:
+            return describe(conn, schema)
+    finally:
+        if schema:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+        else:
+            engine.dispose()
+
+
+def assert_at_head(target: Target, tmp_path: Path) -> None:
+    assert target.revisions() == [HEAD_REVISION]
+    with target.engine.connect() as conn:
+        migrated = describe(conn, target.schema)
+        context = MigrationContext.configure(
+            conn,
+            opts={
+                "version_table": VERSION_TABLE,
+                "version_table_schema": target.schema,
+                "include_schemas": target.schema is not None,
+                "include_name": lambda name, type_, _: (
+                    name == target.schema if type_ == "schema" else type_ != "table" or migrations.is_tether_table(name)
+                ),
+            },
+        )
+        metadata = build_jobs_table(MetaData(schema=target.schema)).metadata
+        assert compare_metadata(context, metadata) == []
+    assert migrated == head_shape_from_metadata(target, tmp_path)
+    assert ("ux_tether_jobs_idempotency_key", ("idempotency_key",)) in [(i[0], i[1]) for i in migrated["indexes"]]
+    assert migrated["unique"] == []
+
+
+# -- revisions ---------------------------------------------------------------------------------------
+def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
+    revisions = migrations.shipped_revisions()
+    assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
+    assert revisions[-1] == HEAD_REVISION == "0002"
+    assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
+
+
+def test_empty_database_to_head_then_a_rerun_changes_nothing(target: Target, tmp_path: Path) -> None:
+    repo = target.open()
+    try:
+        assert repo.schema_version() == SCHEMA_VERSION
+        assert_at_head(target, tmp_path)
+        job = repo.enqueue(new_job(1, key="k-1"), now=NOW).job
+        with target.engine.connect() as conn:
+            before = describe(conn, target.schema)
+        repo.create_schema()
+        repo.create_schema()
+        with target.engine.connect() as conn:
+            assert describe(conn, target.schema) == before
+        assert target.revisions() == [HEAD_REVISION]
+        assert repo.get(job.id) == job
+    finally:
+        repo.close()
+    again = target.open(create=False)  # check_schema passes
+    assert again.schema_version() == SCHEMA_VERSION
+    again.close()
+
+
+@pytest.mark.parametrize("legacy_table", [True, False], ids=["tether_schema_version", "bare_table"])
+def test_a_database_of_the_runner_before_alembic_is_stamped_and_upgraded(
+    target: Target, tmp_path: Path, legacy_table: bool
+) -> None:
+    with target.engine.begin() as conn:
+        create_v1_schema(conn, target.schema, version_table=legacy_table)
+    old = target.open(create=False, check=False)  # no upgrade yet
+    try:
+        assert old.schema_version() == 1
+        with pytest.raises(ConfigurationError) as info:
+            old.check_schema()
+        assert f"the Tether schema is version 1, this Tether needs {SCHEMA_VERSION}" in str(info.value)
+        assert "tether db upgrade" in str(info.value)
+        stored = [old.enqueue(new_job(n, key=f"key-{n}" if n % 2 else None), now=NOW).job for n in range(6)]
+        purged_id = old.enqueue(new_job(99), now=NOW).job.id
+        with old.engine.begin() as conn:  # a purged job: its id must never be handed out again
+            conn.execute(old.table.delete().where(old.table.c.id == purged_id))
+    finally:
+        old.close()
+
+    repo = target.open()  # create=True upgrades
+    try:
+        assert repo.schema_version() == SCHEMA_VERSION
+        assert_at_head(target, tmp_path)
+        assert [repo.get(job.id) for job in stored] == stored
+        again = repo.enqueue(new_job(1, key="key-1"), now=NOW)
+        assert (again.created, again.job) == (False, stored[1])
+        fresh = repo.enqueue(new_job(7), now=NOW).job
+        assert fresh.id > purged_id
+    finally:
+        repo.close()
+    if legacy_table:  # a Tether from before Alembic would now read "newer" and refuse
+        with target.engine.connect() as conn:
+            assert conn.exec_driver_sql(f"SELECT version FROM {target.qualified('tether_schema_version')}").all() == [
+                (SCHEMA_VERSION,)
+            ]
+
+
+def test_a_revision_this_tether_does_not_ship_is_refused_and_left_alone(target: Target) -> None:
+    target.open().close()
+    with target.engine.begin() as conn:
+        conn.execute(text(f"UPDATE {target.qualified(VERSION_TABLE)} SET version_num = '0099'"))
+    url = target.url
+    if target.kind == "postgres":  # trust auth ignores the password: it must still never be shown
+        url = make_url(url).set(password="s3cret-pw").render_as_string(hide_password=False)
+    for create in (True, False):
+        with pytest.raises(ConfigurationError) as info:
+            open_repository(url, schema=target.schema, create=create)
+        message = str(info.value)
+        assert f"the Tether schema is version 99, newer than this Tether's {SCHEMA_VERSION}" in message
+        assert "pip install -U tether-jobs" in message
+        assert "s3cret-pw" not in message and make_url(url).render_as_string(hide_password=True) in message
+    assert target.revisions() == ["0099"]
+
+    with target.engine.begin() as conn:
+        conn.execute(text(f"UPDATE {target.qualified(VERSION_TABLE)} SET version_num = 'ae1027a6acf'"))
+    with pytest.raises(ConfigurationError) as info:
+        open_repository(target.url, schema=target.schema)
+    assert "holds revision 'ae1027a6acf', which is not a Tether schema revision" in str(info.value)
+    assert target.revisions() == ["ae1027a6acf"]
+
+
+def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
+    pg = migrations.upgrade_sql("postgresql", "app_jobs")
+    assert "CREATE TABLE app_jobs.tether_jobs" in pg
+    assert "CREATE UNIQUE INDEX ux_tether_jobs_idempotency_key ON app_jobs.tether_jobs (idempotency_key) " \
+           "WHERE idempotency_key IS NOT NULL" in pg
+    assert "ALTER TABLE app_jobs.tether_jobs DROP CONSTRAINT uq_tether_jobs_idempotency_key" in pg
+    assert "INSERT INTO app_jobs.tether_alembic_version (version_num) VALUES ('0001')" in pg
+    only_new = migrations.upgrade_sql("postgresql", None, from_version=1)
+    assert "CREATE TABLE" not in only_new and "UPDATE tether_alembic_version SET version_num='0002'" in only_new
+    lite = migrations.upgrade_sql("sqlite")
+    assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite
+    with pytest.raises(ConfigurationError, match="dialect: 'mysql' is not one of postgresql, sqlite"):
+        migrations.upgrade_sql("mysql")
+    with pytest.raises(ConfigurationError, match="from_version: 3 is not a schema version"):
+        migrations.upgrade_sql("sqlite", from_version=3)
+
+
+def test_the_offline_sql_builds_the_head_schema_on_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "offline.db"
+    with sqlite3.connect(path) as raw:
+        raw.executescript(migrations.upgrade_sql("sqlite"))
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        assert_at_head(Target("sqlite", f"sqlite:///{path}", None, engine), tmp_path)
+    finally:
+        engine.dispose()
+
+
+# -- PostgreSQL only ---------------------------------------------------------------------------------
+@pytest.fixture
+def pg_target() -> Iterator[Target]:
+    yield from _pg_target("pg")
+
+
+@pytest.mark.postgres
+def test_concurrent_upgrades_of_one_schema_both_succeed_and_apply_each_revision_once(pg_target: Target, tmp_path: Path) -> None:
+    with pg_target.engine.begin() as conn:
+        create_v1_schema(conn, pg_target.schema)
+    lock_key = f"tether.schema:{pg_target.schema}"
+    holder = pg_target.engine.connect()
+    holder.execute(text("SELECT pg_advisory_lock(hashtext(:k))"), {"k": lock_key})  # both upgraders queue behind it
+    outcomes: list[Any] = []
+    start = threading.Barrier(3)
+
+    def upgrade() -> None:
+        start.wait()
+        try:
+            repo = pg_target.open(create=False, check=False)
+            try:
+                repo.create_schema()
+                outcomes.append(repo.schema_version())
+            finally:
+                repo.close()
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            outcomes.append(error)
+
+    threads = [threading.Thread(target=upgrade) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    waiting = 0
+    while waiting < 2:  # both are blocked on the advisory lock before it is released
+        waiting = holder.execute(
+            text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        ).scalar_one()
+    holder.execute(text("SELECT pg_advisory_unlock(hashtext(:k))"), {"k": lock_key})
+    holder.close()
+    for thread in threads:
+        thread.join()
+    assert outcomes == [SCHEMA_VERSION, SCHEMA_VERSION]
+    assert_at_head(pg_target, tmp_path)
+
+
+@pytest.mark.postgres
+def test_a_failing_revision_leaves_nothing_half_written(pg_target: Target) -> None:
+    # An index of that name elsewhere in the schema makes revision 0002 fail after 0001 ran.
+    with pg_target.engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{pg_target.schema}"')
+        conn.exec_driver_sql(f'CREATE TABLE "{pg_target.schema}".other (k text)')
+        conn.exec_driver_sql(f'CREATE INDEX ux_tether_jobs_idempotency_key ON "{pg_target.schema}".other (k)')
+    with pytest.raises(Exception, match="ux_tether_jobs_idempotency_key"):
+        pg_target.open()
+    with pg_target.engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names(schema=pg_target.schema))
+    assert tables == {"other"}  # neither tether_jobs (revision 0001) nor the version table
+
+
+@pytest.mark.postgres
+def test_the_offline_sql_builds_the_head_schema_on_postgres(pg_target: Target, tmp_path: Path) -> None:
+    with pg_target.engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{pg_target.schema}"')
+    script = migrations.upgrade_sql("postgresql", pg_target.schema)
+    with pg_target.engine.connect() as conn:
+        conn.exec_driver_sql(script.replace(f"{pg_target.schema}.", f'"{pg_target.schema}".'))
+        conn.commit()
+    assert_at_head(pg_target, tmp_path)
