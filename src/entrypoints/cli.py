@@ -461,6 +461,13 @@ def _schema_versions(repository: Any) -> tuple[int | None, int]:
     return repository.schema_version(), SCHEMA_VERSION
 
 
+def _revision(version: int | None) -> str | None:
+    """The Alembic revision id of a schema version (``2`` -> ``"0002"``)."""
+    from tether.adapters.sqlalchemy.migrations import revision_id
+
+    return None if version is None else revision_id(version)
+
+
 def _upgrade_tables(database_url: str | None, schema: str | None, verb: str) -> None:
     """``db init`` and ``db upgrade``: create the tables, or bring them to this Tether's version."""
     from tether.entrypoints.container import open_sql_repository
@@ -497,13 +504,40 @@ def db_init(
 def db_upgrade(
     database_url: DatabaseUrl = None,
     schema: Schema = None,
+    sql: Annotated[
+        bool,
+        typer.Option("--sql", help="Print the SQL of the upgrade for the URL's database kind instead of running it "
+                                   "(connects to nothing)."),
+    ] = False,
+    from_version: Annotated[
+        Optional[int], typer.Option("--from-version", help="With --sql: the schema version the database is at "
+                                                           "[default: none, an empty database].")
+    ] = None,
 ) -> None:
     """Bring Tether's tables to this Tether's schema version (creating them if missing).
 
-    One transaction on PostgreSQL (nothing half-written), safe to run from several processes at
-    once; a schema written by a newer Tether is refused, never downgraded.
+    Runs the Alembic revisions shipped with Tether; the applied one is recorded in
+    ``tether_alembic_version`` in the same schema.  One transaction on PostgreSQL (nothing
+    half-written), safe to run from several processes at once; a schema written by a newer
+    Tether is refused, never downgraded.
     """
+    if sql:
+        _print_upgrade_sql(database_url, schema, from_version)
+        return
+    if from_version is not None:
+        raise ConfigurationError("from_version (--from-version): only with --sql")
     _upgrade_tables(database_url, schema, "upgrade")
+
+
+def _print_upgrade_sql(database_url: str | None, schema: str | None, from_version: int | None) -> None:
+    """``db upgrade --sql``: Alembic's offline mode for the URL's dialect; nothing is connected to."""
+    from tether.adapters.sqlalchemy.migrations import upgrade_sql
+
+    settings = _settings(database_url=database_url, schema=schema)
+    if settings.database_kind == "memory":
+        _stdout().print("memory:// keeps nothing; there is no schema to upgrade")
+        return
+    sys.stdout.write(upgrade_sql(settings.database_kind, settings.schema, from_version=from_version))
 
 
 @db_app.command("version")
@@ -548,7 +582,9 @@ def db_version(
                 "database_url": settings.safe_database_url,
                 "schema": settings.schema,
                 "stored_schema_version": stored,
+                "stored_revision": _revision(stored),
                 "schema_version": expected,
+                "revision": _revision(expected),
                 "tether_version": __version__,
                 "status": status,
             }
@@ -556,8 +592,9 @@ def db_version(
     else:
         out = _stdout()
         out.print(f"database:           {settings.safe_database_url}" + (f" (schema {settings.schema})" if settings.schema else ""))
-        out.print(f"stored schema:      {'none (no Tether tables)' if stored is None else f'version {stored}'}")
-        out.print(f"this Tether:        {__version__} (schema version {expected})")
+        shown = "none (no Tether tables)" if stored is None else f"version {stored} (revision {_revision(stored)})"
+        out.print(f"stored schema:      {shown}")
+        out.print(f"this Tether:        {__version__} (schema version {expected}, revision {_revision(expected)})")
         out.print(f"status:             {status}: {advice}")
     if check and status != "current":
         raise typer.Exit(1)

@@ -477,7 +477,7 @@ def test_a_schema_from_a_newer_tether_is_refused_and_left_alone(shared_repo: Pos
     try:
         assert repo.schema_version() == SCHEMA_VERSION
         with repo.engine.begin() as conn:
-            conn.exec_driver_sql(f'UPDATE "{schema}".tether_schema_version SET version = {SCHEMA_VERSION + 5}')
+            conn.exec_driver_sql(f"UPDATE \"{schema}\".tether_alembic_version SET version_num = '{SCHEMA_VERSION + 5:04d}'")
         for create in (True, False):
             with pytest.raises(ConfigurationError) as info:
                 open_repository(DATABASE_URL, schema=schema, create=create)

@@ -1,0 +1,1 @@
+"""Alembic's script directory of Tether's schema (env.py, script.py.mako, versions/): see :mod:`..migrations`."""
