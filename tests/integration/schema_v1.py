@@ -34,10 +34,14 @@ _JOBS = """CREATE TABLE {prefix}tether_jobs (
 
 _INDEXES = [
     "CREATE INDEX ix_tether_jobs_finished ON {prefix}tether_jobs (finished_at) WHERE finished_at IS NOT NULL",
-    "CREATE INDEX ix_tether_jobs_leasable ON {prefix}tether_jobs (priority DESC, scheduled_at, id) "
-    "WHERE status IN ('queued', 'retrying')",
-    "CREATE INDEX ix_tether_jobs_leasable_queue ON {prefix}tether_jobs (queue, priority DESC, scheduled_at, id) "
-    "WHERE status IN ('queued', 'retrying')",
+    (
+        "CREATE INDEX ix_tether_jobs_leasable ON {prefix}tether_jobs (priority DESC, scheduled_at, id) "
+        "WHERE status IN ('queued', 'retrying')"
+    ),
+    (
+        "CREATE INDEX ix_tether_jobs_leasable_queue ON {prefix}tether_jobs (queue, priority DESC, scheduled_at, id) "
+        "WHERE status IN ('queued', 'retrying')"
+    ),
     "CREATE INDEX ix_tether_jobs_running_expiry ON {prefix}tether_jobs (lease_expires_at) WHERE status = 'running'",
 ]
 

@@ -25,8 +25,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from tether.adapters.sqlalchemy import open_repository
-from tether.adapters.sqlalchemy import migrations
+from tether.adapters.sqlalchemy import migrations, open_repository
 from tether.adapters.sqlalchemy.migrations import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE
 from tether.adapters.sqlalchemy.schema import build_jobs_table
 from tether.domain.errors import ConfigurationError

@@ -1,6 +1,6 @@
 """Versioned schema migrations of the SQL repositories: Alembic revisions shipped in the package.
 
-The revisions live in ``alembic/versions`` next to this module; Tether runs them itself on the
+The revisions live in ``alembic_scripts/versions`` next to this module; Tether runs them itself on the
 repository's connection, so users need no ``alembic.ini``.  Revision ids are zero-padded
 sequence numbers (``0001``, ``0002``, ...): the *schema version* is that number, and
 :data:`SCHEMA_VERSION` is the number of the newest revision this Tether ships.
@@ -46,7 +46,7 @@ VERSION_TABLE = "tether_alembic_version"
 #: The version table of the runner before Alembic (one integer row); kept up to date where it exists.
 LEGACY_VERSION_TABLE = "tether_schema_version"
 #: Alembic's script directory (env.py, script.py.mako, versions/), shipped as package data.
-SCRIPT_LOCATION = Path(__file__).with_name("alembic")
+SCRIPT_LOCATION = Path(__file__).with_name("alembic_scripts")
 #: The revision the runner before Alembic had produced (its version 1).
 FIRST_REVISION = "0001"
 

@@ -20,7 +20,7 @@ depends_on = None
 LEASABLE = "status IN ('queued', 'retrying')"
 
 
-def _utc() -> sa.types.TypeEngine[object]:
+def _utc() -> sa.DateTime:
     return sa.DateTime(timezone=True).with_variant(sa.BigInteger(), "sqlite")
 
 
