@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.redis_cluster import ThrowawayRedisCluster, binaries_missing
+
 DATABASE_URL = os.environ.get("TETHER_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 REQUIRE_SERVICES = os.environ.get("TETHER_REQUIRE_SERVICES") == "1"
@@ -61,3 +63,23 @@ def redis_client() -> Iterator[redis.Redis]:
         service_unavailable("Redis", str(exc))
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[ThrowawayRedisCluster]:
+    """A private three-master Redis Cluster (real ``redis-server`` processes on free ports, see
+    tests/redis_cluster.py), started once per session and killed at the end.
+
+    Skips (or fails, under ``TETHER_REQUIRE_SERVICES=1``) when ``redis-server``/``redis-cli`` are missing.
+    """
+    missing = binaries_missing()
+    if missing:
+        service_unavailable("Redis Cluster", missing)
+    cluster = ThrowawayRedisCluster(masters=3)
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()

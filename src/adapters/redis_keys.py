@@ -1,10 +1,13 @@
 """Redis key layout of the Redis Streams dispatcher, and the rules that keep keys safe.
 
 Every key of one application shares a single Redis Cluster hash tag, the prefix in braces, so all
-of them live in one hash slot: one ``XREADGROUP`` can then read all of a worker's queues, and one
-pipeline can touch several streams, on a cluster as on a single server.  The price is that one
+of them live in one hash slot (:attr:`StreamKeys.slot`, ``CRC16("{prefix}") mod 16384``): one
+``XREADGROUP`` can then read all of a worker's queues, and one pipeline can touch several streams,
+on a cluster as on a single server.  With ``cluster=True`` the dispatcher talks straight to the
+master that owns that slot (:mod:`tether.adapters.redis_route`).  The price is that one
 application's dispatch traffic lands on one cluster node; dispatch messages are tiny (a job id),
-so that node is rarely the bottleneck.
+so that node is rarely the bottleneck.  Applications that need to spread the load use several
+prefixes (one per application), which land on different slots.
 
 With the default prefix ``tether`` the keys are::
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from redis.crc import key_slot
 from tether.domain.errors import ValidationError
 from tether.domain.validation import validate_queue
 
@@ -54,6 +58,10 @@ class StreamKeys:
     Args:
         prefix: the application's key prefix (:data:`NAME_PATTERN`); it becomes the hash tag.
 
+    Attributes:
+        tag: ``{prefix}``, the Redis Cluster hash tag of every key.
+        slot: the hash slot (0-16383) of every key, ``CRC16(prefix) mod 16384``.
+
     Raises:
         ValidationError: a bad prefix, or (from :meth:`stream`) a bad queue name.
     """
@@ -61,6 +69,7 @@ class StreamKeys:
     def __init__(self, prefix: str) -> None:
         self.prefix = validate_name(prefix, "prefix")
         self.tag = "{" + self.prefix + "}"
+        self.slot = key_slot(self.tag.encode())
         self.registry = f"{self.tag}:queues"
         self.sweep_lock = f"{self.tag}:sweep-lock"
         self._stream_head = f"{self.tag}:queue:"

@@ -101,6 +101,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from tether.adapters.redis_keys import StreamKeys, redact_url, validate_consumer, validate_name
+from tether.adapters.redis_route import SlotRoute, check_cluster_url, needs_new_route
 from tether.domain.errors import ConfigurationError, JobNotFound, StorageUnavailable, ValidationError
 from tether.domain.job import Job
 from tether.domain.validation import validate_int, validate_queue, validate_seconds
@@ -199,10 +200,13 @@ class HeldEntry:
 
 class BlockingSession:
     """One thread's own connection for blocking reads, and its server-side client id (for
-    ``CLIENT UNBLOCK``).  The id is forgotten whenever the connection reconnects."""
+    ``CLIENT UNBLOCK``, sent over another connection of the same pool, so to the same server).
+    The id is forgotten whenever the connection reconnects."""
 
     def __init__(self, pool: redis.ConnectionPool) -> None:
+        self.pool = pool
         self.client = redis.Redis(connection_pool=pool, single_connection_client=True)
+        self._control = redis.Redis(connection_pool=pool)
         self.client_id: int | None = None
         assert self.client.connection is not None
         self.client.connection.register_connect_callback(self._on_connect)
@@ -213,6 +217,17 @@ class BlockingSession:
     def ensure_id(self) -> None:
         if self.client_id is None:
             self.client_id = int(self.client.client_id())
+
+    def unblock(self) -> None:
+        """``CLIENT UNBLOCK`` this session's connection if it has an id (errors are swallowed: the
+        read ends by itself within one block slice)."""
+        client_id = self.client_id
+        if client_id is None:
+            return
+        try:
+            self._control.client_unblock(client_id)
+        except redis.RedisError:
+            pass
 
     def close(self) -> None:
         try:
@@ -257,12 +272,19 @@ class RedisStreamsDispatcher(Dispatcher):
         require_connection: raise ConfigurationError at construction if Redis cannot be reached.
             By default an unreachable Redis is logged and the dispatcher starts degraded (leasing
             from the repository) and keeps retrying, since Redis may just be restarting.
+        cluster: ``redis_url`` names one node (the seed) of a Redis Cluster.  The dispatcher reads
+            the cluster's topology from it and talks straight to the master that owns the hash
+            slot of ``{prefix}`` (all keys of the prefix live there), following that slot through
+            resharding and failover (see :mod:`tether.adapters.redis_route`).  Only ``redis://``
+            and ``rediss://`` URLs on database 0.
 
     Raises:
         ConfigurationError: the URL does not parse, the password/user is refused, the database
-            index is invalid, or the server is older than Redis 6.2; the message names the URL
-            with its password replaced by ``***``.
-        ValidationError: a bad prefix, group, consumer name or number (naming the argument).
+            index is invalid, the server is older than Redis 6.2, ``cluster`` is set but the server
+            is not a cluster node, or ``cluster`` is not set but the server is one; the message
+            names the URL with its password replaced by ``***``.
+        ValidationError: a bad prefix, group, consumer name or number, or a non-bool ``cluster``
+            (naming the argument).
     """
 
     def __init__(
@@ -279,6 +301,7 @@ class RedisStreamsDispatcher(Dispatcher):
         sweep_interval: float = 5.0,
         maxlen: int = 100_000,
         require_connection: bool = False,
+        cluster: bool = False,
     ) -> None:
         self._repository = repository
         self._clock = clock
@@ -292,19 +315,28 @@ class RedisStreamsDispatcher(Dispatcher):
         self._maxlen = validate_int(maxlen, "maxlen", 1, 2**62)
         if not isinstance(redis_url, str) or not redis_url:
             raise ConfigurationError(f"redis_url: must be a non-empty URL string, got {redis_url!r:.80}")
+        if not isinstance(cluster, bool):
+            raise ValidationError("cluster", f"must be True or False, got {cluster!r:.80}")
         self.url = redact_url(redis_url)
         _check_db_path(redis_url, self.url)
+        pool_options: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            "socket_timeout": self._block + 5.0,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        self._route: SlotRoute | None = None
         try:
-            self._pool = redis.ConnectionPool.from_url(
-                redis_url,
-                decode_responses=True,
-                socket_connect_timeout=CONNECT_TIMEOUT,
-                socket_timeout=self._block + 5.0,
-                retry=Retry(NoBackoff(), 0),
-            )
+            if cluster:
+                check_cluster_url(redis_url, self.url)
+                self._route = SlotRoute(redis_url, self.url, self._keys.slot, pool_options, self._use_route, self._route_failed)
+                self._pool = self._route.seed_pool()
+            else:
+                self._pool = redis.ConnectionPool.from_url(redis_url, **pool_options)
         except (ValueError, TypeError) as exc:
             raise ConfigurationError(f"redis_url {self.url}: {exc}") from None
         self._client = redis.Redis(connection_pool=self._pool)
+        self._retired_pools: list[redis.ConnectionPool] = []
 
         self._lock = threading.Condition(threading.Lock())
         self._wake_generation = 0
@@ -346,10 +378,18 @@ class RedisStreamsDispatcher(Dispatcher):
         """The key layout (stream names etc.)."""
         return self._keys
 
+    @property
+    def node(self) -> tuple[str, int] | None:
+        """On a Redis Cluster, ``(host, port)`` of the master this dispatcher last found owning the
+        hash slot of its prefix (None until found); None on a standalone server."""
+        return self._route.address if self._route is not None else None
+
     # -- start-up --------------------------------------------------------------------------------
     def _check_server(self, require_connection: bool) -> None:
+        if self._route is not None and not self._locate_at_start(require_connection):
+            return
         try:
-            info = self._client.info("server")
+            info = self._client.info()
         except redis.AuthenticationError as exc:
             raise ConfigurationError(f"redis_url {self.url}: authentication failed ({exc})") from None
         except redis.ResponseError as exc:
@@ -360,10 +400,83 @@ class RedisStreamsDispatcher(Dispatcher):
             log.warning("Redis at %s unreachable at start (%s); leasing from the repository until it answers", self.url, exc)
             self._record_failure(exc, quiet=True)
             return
+        if self._route is None and str(info.get("cluster_enabled", "0")) == "1":
+            raise ConfigurationError(
+                f"redis_url {self.url}: the server is a Redis Cluster node; turn the cluster switch on "
+                "(cluster=True in redis_options, TETHER_REDIS_CLUSTER=1 or --redis-cluster)"
+            )
         check_server_version(str(info.get("redis_version", "0")), self.url)
+
+    def _locate_at_start(self, require_connection: bool) -> bool:
+        """Find the slot's owner on the cluster; False (and degraded, retrying in the background)
+        if no node answers and ``require_connection`` is off."""
+        assert self._route is not None
+        try:
+            pool = self._route.locate()
+        except redis.AuthenticationError as exc:
+            raise ConfigurationError(f"redis_url {self.url}: authentication failed ({exc})") from None
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"redis_url {self.url}: {exc}") from None
+        except redis.RedisError as exc:
+            if require_connection:
+                raise ConfigurationError(f"redis_url {self.url}: cannot reach the Redis Cluster ({exc})") from None
+            log.warning(
+                "Redis Cluster at %s unreachable at start (%s); leasing from the repository until it answers", self.url, exc
+            )
+            self._record_failure(exc, quiet=True)
+            self._route.invalidate()
+            return False
+        self._swap_pool(pool)
+        return True
+
+    # -- Redis Cluster: following the slot's owner ---------------------------------------------
+    def _swap_pool(self, pool: redis.ConnectionPool) -> None:
+        """Send every later command to ``pool``'s server; blocking sessions move on their next read."""
+        with self._lock:
+            old, self._pool = self._pool, pool
+            self._client = redis.Redis(connection_pool=pool)
+            self._retired_pools.append(old)
+            self._ensured.clear()
+        old.disconnect(inuse_connections=False)
+
+    def _use_route(self, pool: redis.ConnectionPool) -> None:
+        """From the route thread: the slot's owner answered at ``pool``.  A new owner is used at
+        once; the same owner as before is used again after the current backoff."""
+        if self._closed:
+            pool.disconnect()
+            return
+        before = self._pool.connection_kwargs
+        after = pool.connection_kwargs
+        if (before.get("host"), before.get("port")) == (after.get("host"), after.get("port")):
+            pool.disconnect()
+            return
+        self._swap_pool(pool)
+        with self._lock:
+            self._down_until = 0.0
+        log.info(
+            "Redis Cluster %s: slot %d of prefix %r is served by %s:%s now",
+            self.url,
+            self._keys.slot,
+            self._keys.prefix,
+            after.get("host"),
+            after.get("port"),
+        )
+
+    def _route_failed(self, exc: BaseException) -> None:
+        """From the route thread: the topology could not be read (or the owner did not answer)."""
+        self._log_error(
+            logging.WARNING,
+            "Redis Cluster at %s: cannot find the master of slot %d yet (%s: %s); leasing from the repository meanwhile",
+            self.url,
+            self._keys.slot,
+            type(exc).__name__,
+            exc,
+        )
 
     # -- error state -----------------------------------------------------------------------------
     def _record_failure(self, exc: BaseException, *, quiet: bool = False) -> None:
+        if self._route is not None and needs_new_route(exc):
+            self._route.invalidate()  # the slot may have moved, or its master failed over
         with self._lock:
             self._backoff = min(BACKOFF_CAP, max(BACKOFF_START, self._backoff * 2))
             self._down_until = time.monotonic() + self._backoff
@@ -588,7 +701,9 @@ class RedisStreamsDispatcher(Dispatcher):
 
     def _session(self) -> BlockingSession:
         session: BlockingSession | None = getattr(self._local, "session", None)
-        if session is None:
+        if session is None or session.pool is not self._pool:
+            if session is not None:  # the cluster slot moved to another node
+                session.close()
             session = BlockingSession(self._pool)
             self._local.session = session
             self._sessions.add(session)
@@ -977,12 +1092,9 @@ class RedisStreamsDispatcher(Dispatcher):
         with self._lock:
             self._wake_generation += 1
             self._lock.notify_all()
-            blocked = [s.client_id for s in self._blocked.values() if s.client_id is not None]
-        for client_id in blocked:
-            try:
-                self._client.client_unblock(client_id)
-            except redis.RedisError:
-                pass  # the read ends by itself within one block slice
+            blocked = list(self._blocked.values())
+        for session in blocked:
+            session.unblock()
 
     def close(self) -> None:
         """Wake blocked readers and close every connection; the dispatcher is unusable afterwards."""
@@ -992,9 +1104,13 @@ class RedisStreamsDispatcher(Dispatcher):
         if self._acker is not None and self._acker is not threading.current_thread():
             self._acker.join(5.0)
         self.wake()
+        if self._route is not None:
+            self._route.close()
         for session in list(self._sessions):
             session.close()
         self._pool.disconnect()
+        for pool in self._retired_pools:
+            pool.disconnect()
 
 
 def _check_db_path(url: str, shown: str) -> None:
