@@ -77,6 +77,14 @@ Ordering: the entries read together buy leases in the repository's lease order (
 but a job whose entry sits deeper in the stream waits for it, so across a backlog priority is only
 approximated; every job still runs.
 
+Redis Cluster (``cluster=True``): every key of a prefix lives in the hash slot of ``{prefix}``, so
+the dispatcher talks straight to the master that owns it, with exactly the commands above (one
+``XREADGROUP`` over several streams, pipelines, ``CLIENT UNBLOCK`` of the reader's own connection).
+A redirection (``MOVED``/``ASK``/``TRYAGAIN``), ``CLUSTERDOWN``, ``READONLY`` or connection error
+sets a background thread looking for the slot's owner again; until it is found the dispatcher
+counts as down, as above (workers lease from the repository).  See
+:mod:`tether.adapters.redis_route`.
+
 Key layout: see :mod:`tether.adapters.redis_keys`.  Requires Redis >= 6.2 (``XAUTOCLAIM``).
 """
 

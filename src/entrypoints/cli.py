@@ -2,8 +2,9 @@
 
 Commands: ``worker``, ``enqueue``, ``jobs list``, ``jobs show``, ``retry``, ``purge``, ``reap``,
 ``db init``, ``db upgrade``, ``db version``, ``demo``.  Each command that touches jobs takes
-``--database-url``, ``--redis-url``, ``--redis-prefix`` and ``--schema`` (environment:
-``TETHER_DATABASE_URL``, ``TETHER_REDIS_URL``, ``TETHER_REDIS_PREFIX``, ``TETHER_SCHEMA``; a flag
+``--database-url``, ``--redis-url``, ``--redis-prefix``, ``--redis-cluster`` and ``--schema``
+(environment: ``TETHER_DATABASE_URL``, ``TETHER_REDIS_URL``, ``TETHER_REDIS_PREFIX``,
+``TETHER_REDIS_CLUSTER``, ``TETHER_SCHEMA``; a flag
 beats its variable, a variable beats the default; see :mod:`tether.entrypoints.settings`).
 ``db`` commands take only ``--database-url`` and ``--schema``; ``worker`` takes its store from the
 app it loads.
@@ -157,6 +158,12 @@ RedisPrefix = Annotated[
     Optional[str],
     _setting_option("redis_prefix", "Key prefix of the Redis streams; the same as the workers'. [default: tether]"),
 ]
+RedisClusterSwitch = Annotated[
+    Optional[bool],
+    _setting_option(
+        "redis_cluster", "The Redis URL names a node of a Redis Cluster (env: 1/0, true/false). [default: a standalone server]"
+    ),
+]
 Schema = Annotated[Optional[str], _setting_option("schema", "Database schema holding Tether's tables (PostgreSQL).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -273,11 +280,12 @@ def enqueue(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
     """Enqueue one job."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     value = parse_payload(payload)
     when = parse_run_at(run_at)
     # Check every field before the store is opened, so bad input leaves no file behind.
@@ -328,13 +336,14 @@ def jobs_list(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
     """List jobs by ascending id, with counts by status."""
     from tether.domain.validation import validate_queue
 
-    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     if queue is not None:
         validate_queue(queue)
     with _open(settings) as tether_app:
@@ -378,11 +387,12 @@ def jobs_show(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
     """Show one job in full."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     with _open(settings) as tether_app:
         job = tether_app.get(job_id)
     data = job_to_dict(job)
@@ -405,10 +415,11 @@ def retry(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
 ) -> None:
     """Put a dead job back in its queue (attempts start again from 0)."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     with _open(settings) as tether_app:
         job = tether_app.retry(job_id)
     _stdout().print(f"job {job.id} is {job.status.value} again on queue {job.queue}")
@@ -422,13 +433,14 @@ def purge(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
 ) -> None:
     """Delete finished (completed and dead) jobs; their idempotency keys become free again."""
     from tether.domain.validation import validate_seconds
 
     seconds = validate_seconds(older_than, "older_than")
-    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     with _open(settings) as tether_app:
         deleted = tether_app.purge(timedelta(seconds=seconds))
     _stdout().print(f"purged {deleted} finished job(s) older than {seconds:g} s")
@@ -439,10 +451,11 @@ def reap(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
 ) -> None:
     """Take back running jobs whose lease expired (workers do this on their own every reap interval)."""
-    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, schema=schema)
+    settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     with _open(settings) as tether_app:
         jobs = tether_app.reap()
     retrying = sum(1 for job in jobs if job.status is JobStatus.RETRYING)

@@ -204,12 +204,16 @@ def build_container(
 
 
 def from_settings(settings: Settings, **options: Any) -> Tether:
-    """The :class:`Tether` app described by ``settings`` (database, Redis, schema, poll interval,
-    payload limit); ``options`` as for :func:`connect` (``clock``, ``retry_policy``, ...)."""
+    """The :class:`Tether` app described by ``settings`` (database, Redis URL, prefix and cluster
+    switch, schema, poll interval, payload limit); ``options`` as for :func:`connect` (``clock``, ``retry_policy``, ...)."""
     options.setdefault("poll_interval", settings.poll_interval)
     options.setdefault("max_payload_bytes", settings.max_payload_bytes)
     if settings.redis_url is not None:
-        options["redis_options"] = {"prefix": settings.redis_prefix, **(options.get("redis_options") or {})}
+        options["redis_options"] = {
+            "prefix": settings.redis_prefix,
+            "cluster": settings.redis_cluster,
+            **(options.get("redis_options") or {}),
+        }
     return connect(settings.database_url, redis_url=settings.redis_url, schema=settings.schema, **options)
 
 
@@ -222,6 +226,7 @@ def connect(
         database_url: ``memory://`` (in-process, nothing persisted), ``sqlite:///path/to/file.db``
             or ``postgresql+psycopg://user@host/db``.
         redis_url: ``redis://host:6379/0`` to wake workers through Redis Streams; None to poll.
+            For a Redis Cluster, a node's URL plus ``redis_options={"cluster": True}``.
         schema: database schema for Tether's tables (PostgreSQL).
         options: ``clock`` (a Clock, e.g. FakeClock; default: the database server's clock on
             PostgreSQL, the system clock otherwise), ``retry_policy`` (RetryPolicy),

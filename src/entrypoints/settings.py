@@ -12,7 +12,8 @@ setting               flag                       environment variable    default
 ====================  =========================  ======================  =====================
 database_url          ``--database-url``         TETHER_DATABASE_URL     ``sqlite:///tether.db``
 redis_url             ``--redis-url``            TETHER_REDIS_URL        none (polling)
-redis_prefix          (none)                     TETHER_REDIS_PREFIX     ``tether``
+redis_prefix          ``--redis-prefix``         TETHER_REDIS_PREFIX     ``tether``
+redis_cluster         ``--redis-cluster``        TETHER_REDIS_CLUSTER    off (a standalone server)
 schema                ``--schema``               TETHER_SCHEMA           none (search path: public)
 concurrency           ``--concurrency``          TETHER_CONCURRENCY      4 threads
 queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
@@ -193,6 +194,11 @@ def _redis_prefix(instance: object, attribute: attrs.Attribute, value: Any) -> N
         raise InvalidSetting("redis_prefix", error.problem.replace("queue name", "key prefix")) from None
 
 
+def _redis_cluster(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if not isinstance(value, bool):
+        raise InvalidSetting("redis_cluster", f"must be true or false, got {value!r}")
+
+
 def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is None:
         return
@@ -231,6 +237,8 @@ class Settings:
         redis_url: ``redis://host:6379/0`` to dispatch through Redis Streams; None polls the database.
         redis_prefix: the Redis key prefix (and hash tag) of the streams; producers and workers
             of one application must use the same one.
+        redis_cluster: :attr:`redis_url` names a node of a Redis Cluster (the dispatcher then talks
+            to the master owning the prefix's hash slot); needs :attr:`redis_url`.
         schema: database schema (PostgreSQL) holding Tether's tables; None for the adapter's default.
         concurrency: worker threads (1-1024).
         queues: the queues a worker leases from; None for all.
@@ -249,6 +257,7 @@ class Settings:
     database_url: str = attrs.field(default=DEFAULT_DATABASE_URL, validator=_database_url)
     redis_url: str | None = attrs.field(default=None, validator=_redis_url)
     redis_prefix: str = attrs.field(default="tether", validator=_redis_prefix)
+    redis_cluster: bool = attrs.field(default=False, validator=_redis_cluster)
     schema: str | None = attrs.field(default=None, validator=_schema)
     concurrency: int = attrs.field(default=4, validator=_int_between(1, MAX_CONCURRENCY))
     queues: tuple[str, ...] | None = attrs.field(default=None, converter=_to_queues, validator=_queues)
@@ -261,6 +270,8 @@ class Settings:
     log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
 
     def __attrs_post_init__(self) -> None:
+        if self.redis_cluster and self.redis_url is None:
+            raise InvalidSetting("redis_cluster", "is on, but no redis_url names a node of the cluster")
         if self.heartbeat_interval is not None and self.heartbeat_interval >= self.lease_timeout:
             raise InvalidSetting(
                 "heartbeat_interval",
@@ -287,7 +298,8 @@ class Settings:
         """Settings from ``overrides`` (flags; None values are ignored), then ``TETHER_*``
         variables of ``environ`` (default ``os.environ``; empty values are ignored), then defaults.
 
-        Environment values are text: numbers are parsed, ``TETHER_QUEUES`` is comma-separated.
+        Environment values are text: numbers are parsed, ``TETHER_QUEUES`` is comma-separated,
+        switches (``TETHER_REDIS_CLUSTER``) take 1/0, true/false, yes/no or on/off.
 
         Raises:
             InvalidSetting: an unknown override name, or a value that does not parse or validate.
@@ -310,6 +322,13 @@ class Settings:
 def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
     field = attrs.fields_dict(cls)[name]
     kind = str(field.type)
+    if kind == "bool":
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a switch (use 1/0, true/false, yes/no or on/off)")
     try:
         if kind == "int":
             return int(raw.replace("_", ""))

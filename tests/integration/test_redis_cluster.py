@@ -277,3 +277,43 @@ def test_owning_master_killed_and_failed_over_to_its_replica(
     assert any(f"is served by 127.0.0.1:{replica}" in r.getMessage() for r in caplog.records)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings  # the failover was felt, and logged at a bounded rate
+
+
+def test_the_cluster_switch_reaches_the_dispatcher_from_settings_and_connect(redis_cluster: ThrowawayRedisCluster) -> None:
+    """``TETHER_REDIS_CLUSTER=1`` (through :func:`from_settings`) and ``redis_options={"cluster": True}``
+    (through ``tether.connect``) both give a dispatcher on the slot's master; a job enqueued by one
+    app is leased by the other's worker through the stream."""
+    import tether
+    from tether.entrypoints.container import from_settings
+    from tether.entrypoints.settings import Settings
+
+    seed, owner, _ = redis_cluster.masters()
+    prefix = prefix_on(redis_cluster, owner, _stem())
+    settings = Settings.load(
+        environ={
+            "TETHER_DATABASE_URL": "memory://",
+            "TETHER_REDIS_URL": redis_cluster.url(seed),
+            "TETHER_REDIS_PREFIX": prefix,
+            "TETHER_REDIS_CLUSTER": "1",
+        }
+    )
+    app = from_settings(settings)
+    try:
+        other = tether.connect("memory://", redis_url=redis_cluster.url(owner), redis_options={"prefix": prefix, "cluster": True})
+        assert isinstance(other.dispatcher, RedisStreamsDispatcher)
+        assert other.dispatcher.node == ("127.0.0.1", owner)
+        other.close()
+        assert isinstance(app.dispatcher, RedisStreamsDispatcher)
+        assert app.dispatcher.node == ("127.0.0.1", owner)
+        app.dispatcher.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=60.0, max_wait=0.01)
+        job = app.enqueue("cluster.job", {}).job
+        leased = app.dispatcher.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=60.0, max_wait=5.0)
+        assert [j.id for j in leased] == [job.id]
+        assert redis_cluster.client(owner).xlen(app.dispatcher.keys.stream("default")) >= 1
+    finally:
+        app.close()
+        client = redis_cluster.client(owner)
+        keys = list(client.scan_iter(match=f"{{{prefix}}}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()

@@ -132,3 +132,23 @@ def test_redis_prefix_defaults_to_tether_and_is_validated() -> None:
         Settings(redis_prefix="a b")
     assert raised.value.setting == "redis_prefix"
     assert "TETHER_REDIS_PREFIX" in str(raised.value)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("1", True), ("true", True), ("Yes", True), ("on", True), ("0", False), ("false", False), ("no", False), ("OFF", False)])
+def test_redis_cluster_switch_reads_the_usual_spellings_from_the_environment(raw: str, expected: bool) -> None:
+    settings = Settings.load(environ={"TETHER_REDIS_URL": "redis://10.0.0.1:7000", "TETHER_REDIS_CLUSTER": raw})
+    assert settings.redis_cluster is expected
+    assert Settings().redis_cluster is False
+
+
+def test_redis_cluster_switch_rejects_other_values_and_needs_a_redis_url() -> None:
+    with pytest.raises(InvalidSetting) as raised:
+        Settings.load(environ={"TETHER_REDIS_URL": "redis://10.0.0.1:7000", "TETHER_REDIS_CLUSTER": "maybe"})
+    assert raised.value.setting == "redis_cluster"
+    assert "TETHER_REDIS_CLUSTER='maybe'" in str(raised.value)
+    with pytest.raises(InvalidSetting) as raised:
+        Settings(redis_cluster=True)
+    assert raised.value.setting == "redis_cluster"
+    assert "--redis-cluster" in str(raised.value) and "redis_url" in str(raised.value)
+    with pytest.raises(InvalidSetting):
+        Settings(redis_url="redis://10.0.0.1:7000", redis_cluster="yes")  # type: ignore[arg-type]
