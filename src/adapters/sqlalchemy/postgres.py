@@ -45,7 +45,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import secrets
@@ -59,6 +58,7 @@ from sqlalchemy import Integer, Text, bindparam, cast, create_engine, event, fun
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
+from tether.adapters.sqlalchemy import pg_bulk
 from tether.adapters.sqlalchemy.mapping import inserted_job
 from tether.adapters.sqlalchemy.pg_driver import autocommit_connection
 from tether.adapters.sqlalchemy.repository import (
@@ -308,44 +308,40 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
             index_elements=[self.table.c.idempotency_key], index_where=text(KEYED_PREDICATE)
         )
 
+    def _insert_many(self, conn: Connection, new_jobs: Sequence[NewJob], now: datetime) -> list[EnqueueResult]:
+        """A batch of alike jobs without keys (:func:`.pg_bulk.shared_fields`) is one "alike"
+        statement whose only reply is the new ids; any other batch goes the base class's way
+        (:meth:`_insert_ids`, then existing keys read back)."""
+        shared = pg_bulk.shared_fields(new_jobs, now)
+        if shared is None:
+            return super()._insert_many(conn, new_jobs, now)
+        statement = self._statements.get("insert_alike")
+        if statement is None:
+            statement = self._statements["insert_alike"] = text(pg_bulk.alike_statement(self._qualified_table))
+        ids = conn.execute(statement, pg_bulk.alike_params(new_jobs, shared, now)).scalar_one()
+        if ids is None or len(ids) != len(new_jobs):
+            raise StorageUnavailable(
+                f"{self.safe_url}: bulk insert returned {0 if ids is None else len(ids)} of {len(new_jobs)} rows")
+        return pg_bulk.alike_results(new_jobs, ids, shared, now)
+
     def _insert_ids(self, conn: Connection, new_jobs: list[NewJob], now: datetime) -> list[tuple[int, str | None]]:
         """Bulk insert as one statement over the rows sent as one JSON array (``json_to_recordset``;
         any number of rows, one parameter), in input order so identities ascend with it; key
-        conflicts skipped; ``(id, idempotency_key)`` of each row inserted (the caller builds the
-        jobs from ``new_jobs``, so nothing else comes back).
+        conflicts skipped (``ON CONFLICT`` only when some row has a key); ``(id, idempotency_key)``
+        of each row inserted (the caller builds the jobs from ``new_jobs``, so nothing else comes
+        back).  See :func:`.pg_bulk.general_statement`.
 
         One JSON text instead of one PostgreSQL array per column: Python's C JSON encoder is
-        several times cheaper than dumping eight lists element by element.  Exact: payloads are
-        JSON strings holding the canonical text (no NUL: the domain rejects it), times are ISO
-        8601 with microseconds and offset; ``created_at`` (``now``, the same for every row) is one
-        parameter, and so is ``scheduled_at`` where it equals ``now`` (the row leaves it out, as it
-        leaves out a missing idempotency key).
+        several times cheaper than dumping eight lists element by element.
         """
         if not new_jobs:
             return []
-        statement = self._statements.get("insert_json")
+        params, keyed = pg_bulk.general_params(new_jobs, now)
+        name = "insert_json_keyed" if keyed else "insert_json"
+        statement = self._statements.get(name)
         if statement is None:
-            statement = text(
-                f"INSERT INTO {self._qualified_table} (job_type, queue, payload, priority, status, attempts, "
-                "max_attempts, scheduled_at, created_at, idempotency_key) "
-                "SELECT u.t, u.q, u.p, u.r, 'queued', 0, u.m, COALESCE(u.s, CAST(:now AS timestamptz)), "
-                "CAST(:now AS timestamptz), u.k "
-                "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (t text, q text, p text, "
-                "r integer, m integer, s timestamptz, k text)) WITH ORDINALITY AS u(t, q, p, r, m, s, k, n) "
-                f"ORDER BY u.n ON CONFLICT (idempotency_key) WHERE {KEYED_PREDICATE} DO NOTHING RETURNING id, idempotency_key"
-            )
-            self._statements["insert_json"] = statement
-        rows: list[dict[str, Any]] = []
-        for new_job in new_jobs:
-            row = {"t": new_job.job_type, "q": new_job.queue, "p": new_job.payload_json, "r": new_job.priority,
-                   "m": new_job.max_attempts}
-            if new_job.scheduled_at != now:  # absent (null): due at once, scheduled_at = now
-                row["s"] = new_job.scheduled_at.isoformat()
-            if new_job.idempotency_key is not None:  # absent: null
-                row["k"] = new_job.idempotency_key
-            rows.append(row)
-        document = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-        return [(job_id, key) for job_id, key in conn.execute(statement, {"rows": document, "now": now}).all()]
+            statement = self._statements[name] = text(pg_bulk.general_statement(self._qualified_table, keyed=keyed))
+        return [(job_id, key) for job_id, key in conn.execute(statement, params).all()]
 
     _complete_rows_single = True
 
