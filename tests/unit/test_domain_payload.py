@@ -10,6 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tether.domain.errors import PayloadError
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH, encode_payload
 
@@ -95,3 +97,29 @@ def test_nesting_depth_is_bounded() -> None:
 def test_scalars_and_big_ints_round_trip() -> None:
     for payload in (None, True, 0, -1, 2**70, 0.1, "s", [], {}):
         assert json.loads(encode_payload(payload)) == payload
+
+
+def test_a_cycle_is_refused_as_too_deep_not_a_crash() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    ring: dict[str, Any] = {}
+    ring["self"] = {"back": ring}
+    for payload in (loop, ring, {"ok": 1, "bad": loop}):
+        with pytest.raises(PayloadError) as info:
+            encode_payload(payload)
+        assert "deeper" in info.value.problem
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_json_values)
+def test_the_text_is_the_canonical_json_dumps_text(payload: Any) -> None:
+    """Whatever encoder runs underneath, the text is exactly the module docstring's canonical form."""
+    assert encode_payload(payload) == json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -46,14 +46,6 @@ class SharedFields(NamedTuple):
     scheduled_at: datetime
 
 
-def _same_str(value: object, first: str) -> bool:
-    return value is first or (type(value) is str and value == first)
-
-
-def _same_int(value: object, first: int) -> bool:
-    return value is first or (type(value) is int and value == first)
-
-
 def shared_fields(new_jobs: Sequence[NewJob], now: datetime) -> SharedFields | None:
     """The fields all of ``new_jobs`` share when the batch can take the "alike" statement: no
     idempotency key, exact-``str`` payloads, and one job type, queue, priority, max attempts and
@@ -72,16 +64,22 @@ def shared_fields(new_jobs: Sequence[NewJob], now: datetime) -> SharedFields | N
     if not (type(job_type) is str and type(queue) is str and type(priority) is int and type(attempts) is int
             and type(due) is datetime and due.tzinfo is UTC):
         return None
-    for n in new_jobs:
-        if (
-            n.idempotency_key is not None
-            or type(n.payload_json) is not str
-            or not _same_str(n.job_type, job_type)
-            or not _same_str(n.queue, queue)
-            or not _same_int(n.priority, priority)
-            or not _same_int(n.max_attempts, attempts)
-            or not (n.scheduled_at is due or n.scheduled_at == due)
-        ):
+    for n in new_jobs:  # identity first: bulk requests share the very same objects
+        if n.idempotency_key is not None or type(n.payload_json) is not str:
+            return None
+        value: object = n.job_type
+        if value is not job_type and not (type(value) is str and value == job_type):
+            return None
+        value = n.queue
+        if value is not queue and not (type(value) is str and value == queue):
+            return None
+        value = n.priority
+        if value is not priority and not (type(value) is int and value == priority):
+            return None
+        value = n.max_attempts
+        if value is not attempts and not (type(value) is int and value == attempts):
+            return None
+        if n.scheduled_at is not due and n.scheduled_at != due:
             return None
     return SharedFields(job_type, queue, priority, attempts, due)
 
