@@ -4,6 +4,7 @@
     .venv/bin/python bench/pg_drain.py --workers 2 --concurrency 16 --jobs 20000
     .venv/bin/python bench/pg_drain.py --database-url sqlite:////tmp/bench.db --workers 1
     .venv/bin/python bench/pg_drain.py --json                       # one JSON line (for compare_peers.py)
+    .venv/bin/python bench/pg_drain.py --bulk-only --rounds 5       # step 1 alone, 5 fresh schemas (median)
 
 Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/README.md):
 
@@ -14,7 +15,8 @@ Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/R
    reports every job ``completed``; start-up is reported apart.
 3. **single**: ``--single-jobs`` jobs enqueued one ``enqueue`` call each, no worker running.
 
-PostgreSQL runs use a schema of their own (``tether_bench_<random>``), dropped at the end;
+``--bulk-only`` runs step 1 alone (``--rounds`` times, each on a fresh schema) and reports every
+round and the median.  PostgreSQL runs use a schema of their own (``tether_bench_<random>``), dropped at the end;
 SQLite runs a file the caller names.  A figure, not a test: nothing is asserted, but
 ``duplicate_starts`` (handler starts beyond one per job) and any job not completed are reported.
 """
@@ -28,6 +30,7 @@ import os
 import platform
 import resource
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -176,6 +179,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def bulk_only(args: argparse.Namespace) -> dict[str, Any]:
+    """Step 1 alone, ``args.rounds`` times on a fresh schema each: jobs/s of every round and the median."""
+    rates: list[float] = []
+    for _ in range(args.rounds):
+        postgres = not args.database_url.startswith("sqlite")
+        schema = f"tether_bench_{uuid.uuid4().hex[:8]}" if postgres else None
+        app = _connect(args.database_url, schema)
+        try:
+            requests = [EnqueueRequest("bench.noop", {"i": i}) for i in range(args.jobs)]
+            started = time.perf_counter()
+            for k in range(0, args.jobs, args.chunk):
+                app.enqueue_many(requests[k : k + args.chunk])
+            rates.append(round(args.jobs / (time.perf_counter() - started), 1))
+        finally:
+            if schema:
+                app.repository.drop_schema()
+            app.close()
+    return {"peer": "tether", "workload": "bulk", "jobs": args.jobs, "chunk": args.chunk, "rounds": rates,
+            "enqueue_bulk_jobs_s": statistics.median(rates), "load1": os.getloadavg()[0]}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", default=DEFAULT_URL, help="PostgreSQL URL (default: the test server) or sqlite:////file")
@@ -185,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk", type=int, default=1000, help="enqueue_many chunk (default 1000)")
     parser.add_argument("--single-jobs", type=int, default=2000, help="jobs for the single-enqueue step (0: skip)")
     parser.add_argument("--timeout", type=float, default=170.0, help="give up the drain after this many seconds")
+    parser.add_argument("--bulk-only", action="store_true", help="run step 1 (bulk enqueue) alone, --rounds times")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --bulk-only (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     parser.add_argument("--verbose", action="store_true", help="workers print their stats and completion batch sizes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -193,6 +219,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         worker_main(args)
+        return
+    if args.bulk_only:
+        result = bulk_only(args)
+        print(json.dumps(result) if args.json else
+              f"tether bulk enqueue: {args.jobs:,} jobs in chunks of {args.chunk:,}: median "
+              f"{result['enqueue_bulk_jobs_s']:,.0f} jobs/s (rounds {result['rounds']}), load {result['load1']:.1f}")
         return
     result = run(args)
     if args.json:

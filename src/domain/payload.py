@@ -64,7 +64,7 @@ def _check(value: Any, path: str, depth: int) -> None:
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _one_shot_encoder() -> Callable[[Any], tuple[str, ...]] | None:
+def _one_shot_encoder() -> Callable[[Any, int], tuple[str, ...]] | None:
     """The C encoder behind ``_ENCODER.encode``, built once with the same settings (``encode``
     builds a new one on every call: about half its time for a small payload), or None where the
     interpreter has none (``_ENCODER.encode`` is used then).
@@ -86,7 +86,7 @@ def _one_shot_encoder() -> Callable[[Any], tuple[str, ...]] | None:
             return None
     except Exception:  # noqa: BLE001  # pragma: no cover - a signature this code does not know: the plain way
         return None
-    return lambda value: encoder(value, 0)  # type: ignore[no-any-return]
+    return encoder
 
 
 _ONE_SHOT = _one_shot_encoder()
@@ -135,7 +135,7 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     if not _plainly_valid(payload, 0):
         _check(payload, "payload", 0)
     try:
-        text = "".join(_ONE_SHOT(payload)) if _ONE_SHOT is not None else _ENCODER.encode(payload)
+        text = "".join(_ONE_SHOT(payload, 0)) if _ONE_SHOT is not None else _ENCODER.encode(payload)
     except ValueError:
         _check(payload, "payload", 0)
         raise

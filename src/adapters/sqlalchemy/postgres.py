@@ -23,8 +23,10 @@
   commit makes ours return that job (case C10).  No unique-violation ever reaches a caller.
 - **Round trips**: a write that is one statement (lease, complete, fail, heartbeat, release,
   enqueue) runs as its own transaction (autocommit: no BEGIN/COMMIT round trips); bulk enqueue is
-  one ``INSERT ... SELECT FROM json_to_recordset(:rows) ... ON CONFLICT DO NOTHING RETURNING id,
-  idempotency_key`` (the jobs are built from the requests; only existing keys are read back);
+  one ``INSERT ... SELECT`` per batch (:mod:`.pg_bulk`): alike jobs without keys send their shared
+  fields once and the payloads as one JSON array, and get the new ids back as one array; any other
+  batch sends ``json_to_recordset(:rows)``, with ``ON CONFLICT DO NOTHING`` when some row has a
+  key (the jobs are built from the requests; only existing keys are read back);
   :meth:`complete_many` flushes many fenced completions in one ``UPDATE ... FROM unnest(ids,
   tokens)``, each still a compare-and-set with its own outcome.
 - **Connection loss**: the pool pings a connection on checkout when it sat idle for more than
