@@ -60,12 +60,13 @@ def worker_main(args: argparse.Namespace) -> None:
     def noop(payload: dict[str, Any]) -> None:
         os.write(fd, (MARK % (payload["i"], time.time())).encode())
 
-    pool = app.worker(concurrency=args.concurrency, max_wait=0.5, reap_interval=60.0, drain_timeout=5.0)
+    pool = app.worker(concurrency=args.concurrency, max_wait=0.5, reap_interval=60.0, drain_timeout=5.0,
+                      prefetch=args.prefetch)
     stats = pool.run(install_signal_handlers=True)
     batcher = getattr(pool, "_completions", None)
     if args.verbose and batcher is not None:
         print(f"worker {os.getpid()}: {stats}; completion flushes {batcher.flushes}, mean batch "
-              f"{batcher.items / max(batcher.flushes, 1):.1f}", file=sys.stderr)
+              f"{batcher.items / max(batcher.flushes, 1):.1f}, jobs leased by flushes {batcher.leased}", file=sys.stderr)
     app.close()
 
 
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     app = _connect(args.database_url, schema)
     result: dict[str, Any] = {
         "peer": "tether", "backend": "postgres" if postgres else "sqlite", "workload": "w1",
-        "jobs": args.jobs, "workers": args.workers, "concurrency": args.concurrency,
+        "jobs": args.jobs, "workers": args.workers, "concurrency": args.concurrency, "prefetch": args.prefetch,
         "python": platform.python_version(), "load1": os.getloadavg()[0],
     }
     procs: list[subprocess.Popen[bytes]] = []
@@ -136,6 +137,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             spawn = time.time()
             command = [sys.executable, os.path.abspath(__file__), "--worker", "--database-url", args.database_url,
                        "--concurrency", str(args.concurrency), "--marks", marks] + (["--verbose"] if args.verbose else [])
+            if args.prefetch is not None:
+                command += ["--prefetch", str(args.prefetch)]
             if schema:
                 command += ["--schema", schema]
             procs = [subprocess.Popen(command) for _ in range(args.workers)]
@@ -206,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=10, help="threads per worker process (default 10)")
+    parser.add_argument("--prefetch", type=int, default=None,
+                        help="jobs leased ahead of the free threads per process (default: the pool's, = concurrency)")
     parser.add_argument("--chunk", type=int, default=1000, help="enqueue_many chunk (default 1000)")
     parser.add_argument("--single-jobs", type=int, default=2000, help="jobs for the single-enqueue step (0: skip)")
     parser.add_argument("--timeout", type=float, default=170.0, help="give up the drain after this many seconds")

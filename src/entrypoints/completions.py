@@ -18,6 +18,14 @@ What each caller still gets (issue 3, "fenced completion in batches"):
 - ``StorageUnavailable`` from the whole call is retried with backoff until each item's
   ``give_up_at`` (the pool passes the earlier of 30 s and the lease expiry), then delivered to
   that item; any other error of the call is delivered to every item of the batch at once.
+
+**Refill** (optional, :class:`Refill`): when the pool's dispatcher leases straight from the
+repository, each flush also asks the pool how many jobs its free threads can take
+(:attr:`Refill.reserve`, counting the threads this flush frees) and writes the batch with
+:meth:`~tether.ports.repository.JobRepository.complete_and_lease` instead: the completions and
+the next leases in one round trip (one statement on PostgreSQL).  The leased jobs go to
+:attr:`Refill.deliver` after every completion of the batch was answered; on any error nothing
+was leased and ``deliver`` gets ``[]``, so the reservation is always given back.
 """
 
 from __future__ import annotations
@@ -26,8 +34,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import attrs
 from tether.domain.errors import StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job
@@ -42,6 +51,28 @@ DEFAULT_MAX_BATCH = 100
 
 #: Callback of :meth:`CompletionBatcher.submit`: the completed job, or the error for that item.
 Done = Callable[[Job | BaseException], None]
+
+
+@attrs.frozen
+class Refill:
+    """How a flush leases the next jobs for the pool (see the module docstring).
+
+    Attributes:
+        queues, worker_id, lease_timeout: as for ``JobRepository.lease`` (seconds).
+        reserve: ``reserve(completing)`` -> jobs to lease with a flush of ``completing`` items
+            (0: write the completions only); the pool counts them as reserved until ``deliver``.
+        deliver: ``deliver(jobs, reserved)``: the jobs leased (possibly fewer, or ``[]`` on an
+            error) for a reservation of ``reserved``; must not raise.
+        idle: called when the flusher has nothing pending or in flight (the pool's own lease
+            loop, which waits while a flush may refill, goes on then).
+    """
+
+    queues: Sequence[str] | None
+    worker_id: str
+    lease_timeout: float
+    reserve: Callable[[int], int]
+    deliver: Callable[[list[Job], int], None]
+    idle: Callable[[], None]
 
 
 class _Pending:
@@ -65,6 +96,7 @@ class CompletionBatcher:
         retry_delays: first and longest pause, in seconds, before a batch that hit
             ``StorageUnavailable`` is sent again (its items whose ``give_up_at`` passed get the
             error instead).
+        refill: lease the pool's next jobs with each flush (:class:`Refill`); None: never.
 
     Call :meth:`start` before use and :meth:`close` at the end; after :meth:`close`,
     :meth:`complete` writes directly (one ``complete`` call in the caller's thread).
@@ -78,6 +110,7 @@ class CompletionBatcher:
         max_batch: int = DEFAULT_MAX_BATCH,
         name: str = "tether-complete",
         retry_delays: tuple[float, float] = (0.05, 2.0),
+        refill: Refill | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -86,6 +119,8 @@ class CompletionBatcher:
         self._max_batch = max_batch
         self._name = name
         self._retry_delays = retry_delays
+        self._refill = refill
+        self._flushing = False
         self._cond = threading.Condition()
         self._pending: list[_Pending] = []
         self._closed = False
@@ -93,6 +128,16 @@ class CompletionBatcher:
         #: (flushes, items) written so far: items / flushes is the mean batch size.
         self.flushes = 0
         self.items = 0
+        #: jobs leased by flushes (``complete_and_lease``) so far.
+        self.leased = 0
+
+    @property
+    def refilling(self) -> bool:
+        """True while a flush that may lease for the pool is pending or on the wire."""
+        if self._refill is None:
+            return False
+        with self._cond:
+            return self._flushing or bool(self._pending)
 
     def start(self) -> None:
         """Start the flusher thread (a daemon)."""
@@ -154,6 +199,15 @@ class CompletionBatcher:
         delay = self._retry_delays[0]
         while True:
             with self._cond:
+                if not self._pending and not retry:
+                    went_idle = self._flushing
+                    self._flushing = False
+                    if went_idle and self._refill is not None:
+                        self._cond.release()  # never call the pool under our lock
+                        try:
+                            self._refill.idle()
+                        finally:
+                            self._cond.acquire()
                 while not self._pending and not retry and not self._closed:
                     self._cond.wait()
                 if not self._pending and not retry:
@@ -161,6 +215,7 @@ class CompletionBatcher:
                 room = max(self._max_batch - len(retry), 0)
                 batch = retry + self._pending[:room]
                 del self._pending[:room]
+                self._flushing = True
             retry = self._flush(batch)
             if retry:
                 time.sleep(delay * (0.5 + random.random() / 2))
@@ -170,11 +225,23 @@ class CompletionBatcher:
 
     def _flush(self, batch: list[_Pending]) -> list[_Pending]:
         """Write ``batch``; answer every item, except those to send again (returned)."""
+        refill = self._refill
+        reserved = refill.reserve(len(batch)) if refill is not None else 0
+        jobs: list[Job] = []
         try:
-            results = self._repository.complete_many([(p.job_id, p.token) for p in batch], now=self._clock.now())
+            items = [(p.job_id, p.token) for p in batch]
+            if reserved > 0 and refill is not None:
+                results, jobs = self._repository.complete_and_lease(
+                    items, now=self._clock.now(), queues=refill.queues, worker_id=refill.worker_id,
+                    lease_timeout=refill.lease_timeout, limit=reserved,
+                )
+            else:
+                results = self._repository.complete_many(items, now=self._clock.now())
             if len(results) != len(batch):  # pragma: no cover - an adapter bug; never guess who landed
                 raise RuntimeError(f"complete_many answered {len(results)} results for {len(batch)} items")
         except StorageUnavailable as exc:
+            if refill is not None and reserved:
+                refill.deliver([], reserved)
             now = time.monotonic()
             again = [p for p in batch if now < p.give_up_at]
             for p in batch:
@@ -184,13 +251,18 @@ class CompletionBatcher:
                 logger.warning("completions of %d jobs failed (%s); retrying", len(again), describe_failure(exc, 500))
             return again
         except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the error
+            if refill is not None and reserved:
+                refill.deliver(jobs, reserved)
             for p in batch:
                 self._answer(p, exc)
             return []
         self.flushes += 1
         self.items += len(batch)
+        self.leased += len(jobs)
         for p, result in zip(batch, results):
             self._answer(p, result)
+        if refill is not None and reserved:
+            refill.deliver(jobs, reserved)
         return []
 
     @staticmethod
@@ -201,4 +273,4 @@ class CompletionBatcher:
             logger.exception("completion callback for job %s raised", pending.job_id)
 
 
-__all__ = ["DEFAULT_MAX_BATCH", "CompletionBatcher", "Done"]
+__all__ = ["DEFAULT_MAX_BATCH", "CompletionBatcher", "Done", "Refill"]

@@ -63,7 +63,7 @@ from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
-from tether.entrypoints.completions import CompletionBatcher
+from tether.entrypoints.completions import CompletionBatcher, Refill
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.execution import Outcome, execute_job
 from tether.entrypoints.handlers import HandlerSpec
@@ -85,6 +85,12 @@ WRITE_RETRY_SECONDS = 30.0
 #: Longest wait, in seconds, for half the handler threads to be free before a lease query asks for
 #: fewer jobs (see ``_acquire_loop``); the query then asks for exactly the free threads anyway.
 LEASE_COALESCE_SECONDS = 0.002
+#: Prefetch horizon, in seconds: beyond its free threads a pool leases at most as many jobs as its
+#: threads are expected to start within this time at the recent mean handler time (and at most
+#: ``prefetch``), so a pool running long jobs leases none ahead of its threads.
+PREFETCH_HORIZON = 0.05
+#: Weight of the newest handler time in that running mean (an exponential moving average).
+PREFETCH_EMA_WEIGHT = 0.1
 #: How often :meth:`WorkerPool.run` checks for a stop request or idleness, in seconds.
 RUN_POLL_SECONDS = 0.1
 
@@ -168,6 +174,9 @@ class WorkerPool:
         drain_timeout: seconds in-flight jobs get to finish at shutdown (>= 0).
         worker_id: 1-200 printable characters; default :func:`default_worker_id`.
         max_wait: longest single wait for work in the dispatcher, in seconds (>= 0).
+        prefetch: most jobs leased ahead of the free threads (0-1024; default ``concurrency``);
+            fewer while handlers are slow (see :data:`PREFETCH_HORIZON`).  A prefetched job is
+            heartbeated like a running one, and released unstarted at shutdown.
 
     Raises:
         ValidationError: naming the bad argument.
@@ -189,6 +198,7 @@ class WorkerPool:
         drain_timeout: float = 30.0,
         worker_id: str | None = None,
         max_wait: float = 1.0,
+        prefetch: int | None = None,
     ) -> None:
         self.repository = repository
         self.dispatcher = dispatcher
@@ -213,11 +223,14 @@ class WorkerPool:
         self.drain_timeout = validate_seconds(drain_timeout, "drain_timeout")
         self.max_wait = validate_seconds(max_wait, "max_wait")
         self.worker_id = validate_worker_id(worker_id) if worker_id is not None else default_worker_id()
+        self.prefetch = self.concurrency if prefetch is None else validate_int(prefetch, "prefetch", 0, 1024)
 
         self._lock = threading.Condition()
         self._running: dict[int, _Running] = {}
         self._busy = 0  # jobs leased and not finished yet (handed to a thread, or completion being written)
-        self._active = 0  # jobs whose handler has not returned yet (threads taken)
+        self._active = 0  # jobs handed to the threads whose handler has not returned (running or prefetched)
+        self._reserved = 0  # jobs a lease query on the wire may return (acquirer or completion flush)
+        self._handler_seconds: float | None = None  # running mean of handler times (prefetch)
         self._lease_batch = max(1, self.concurrency // 2)  # free threads worth a lease query at once
         self._stats: dict[str, int] = dict.fromkeys(attrs.fields_dict(WorkerStats), 0)
         self._stopping = threading.Event()  # no more leases
@@ -233,7 +246,14 @@ class WorkerPool:
         self._stopped = False
         self._stop_lock = threading.Lock()
         self._ratelog = RateLimitedLog(logger)
-        self._completions = CompletionBatcher(repository, clock, name="tether-complete")
+        refill = None
+        leases_from = getattr(dispatcher, "leases_from", None)  # a third-party dispatcher may lack it
+        if leases_from is not None and leases_from(repository):
+            refill = Refill(
+                queues=self.queues, worker_id=self.worker_id, lease_timeout=self.lease_timeout,
+                reserve=self._reserve_refill, deliver=self._deliver_refill, idle=self._refill_idle,
+            )
+        self._completions = CompletionBatcher(repository, clock, name="tether-complete", refill=refill)
         self._maintenance = MaintenanceLoop(
             Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
         )
@@ -306,6 +326,7 @@ class WorkerPool:
         logger.info("worker %s stopping: no new leases; draining %d jobs for up to %.1f s", self.worker_id, self.in_flight, drain)
         deadline = time.monotonic() + drain
         self._join("tether-acquire", timeout=max(self.max_wait, 1.0) + 5.0)
+        self._release_prefetched()
         with self._lock:
             while self._busy and not self._cut_drain.is_set() and self._signals == signals_at_stop:
                 remaining = deadline - time.monotonic()
@@ -416,7 +437,9 @@ class WorkerPool:
         backoff = 0.0
         while not self._stopping.is_set():
             with self._lock:
-                while self._free() <= 0 and not self._stopping.is_set():
+                # While a completion flush is pending or on the wire it leases for the free
+                # threads itself (``complete_and_lease``): one round trip for both.
+                while (self._free() <= 0 or self._completions.refilling) and not self._stopping.is_set():
                     self._lock.wait(0.5)
                 # Lease in batches: once a thread is free, wait up to LEASE_COALESCE_SECONDS for
                 # half of them to be, so threads freed together by one completion flush are
@@ -428,8 +451,10 @@ class WorkerPool:
                         break
                     self._lock.wait(remaining)
                 free = self._free()
-            if self._stopping.is_set():
-                break
+                if free <= 0 or self._stopping.is_set():
+                    continue
+                self._reserved += free
+            jobs: list[Job] = []
             try:
                 jobs = self.dispatcher.acquire(
                     queues=self.queues,
@@ -440,6 +465,7 @@ class WorkerPool:
                 )
                 backoff = 0.0
             except Exception as exc:  # noqa: BLE001 - the loop must survive any storage trouble
+                self._hand_out([], free)
                 backoff = min(max(backoff * 2, ACQUIRE_BACKOFF[0]), ACQUIRE_BACKOFF[1])
                 self._ratelog(
                     "acquire", logging.WARNING if isinstance(exc, StorageUnavailable) else logging.ERROR,
@@ -448,31 +474,77 @@ class WorkerPool:
                 )
                 self._stopping.wait(backoff * (0.5 + random.random() / 2))
                 continue
-            for job in jobs:
-                if self._stopping.is_set():
-                    # Leased while shutdown began: hand it straight back, unstarted.
-                    self._release_unstarted(job)
-                    continue
-                ctx = JobContext(
-                    job, repository=self.repository, clock=self.clock, lease_timeout=self.lease_timeout, worker_id=self.worker_id
-                )
-                entry = _Running(job, ctx)
-                with self._lock:
-                    self._running[job.id] = entry
-                    self._busy += 1
-                    self._active += 1
-                self._inbox.put(entry)
+            self._hand_out(jobs, free)
+
+    def _hand_out(self, jobs: list[Job], reserved: int) -> None:
+        """Give ``jobs`` (leased under a reservation of ``reserved``) to the handler threads; the
+        reservation ends.  Jobs leased while shutdown began are released at once, unstarted."""
+        entries: list[_Running] = []
+        late: list[Job] = []
+        for job in jobs:
+            ctx = JobContext(
+                job, repository=self.repository, clock=self.clock, lease_timeout=self.lease_timeout, worker_id=self.worker_id
+            )
+            entries.append(_Running(job, ctx))
+        with self._lock:
+            self._reserved -= reserved
+            if self._stopping.is_set():
+                late = [e.job for e in entries]
+                entries = []
+            for entry in entries:
+                self._running[entry.job.id] = entry
+            self._busy += len(entries)
+            self._active += len(entries)
+            self._wake_acquirer()
+        for entry in entries:
+            self._inbox.put(entry)
+        for job in late:
+            self._release_unstarted(job)
+
+    def _prefetch_room(self) -> int:
+        """Jobs to lease ahead of the free threads now (under ``self._lock``)."""
+        seconds = self._handler_seconds
+        if not self.prefetch or seconds is None:
+            return 0
+        if seconds <= 0:
+            return self.prefetch
+        return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / seconds))
+
+    def _reserve_refill(self, completing: int) -> int:
+        """For a completion flush of ``completing`` jobs: how many to lease with it (reserved)."""
+        with self._lock:
+            if self._stopping.is_set():
+                return 0
+            free = self._free(completing)
+            if free <= 0:
+                return 0
+            self._reserved += free
+            return free
+
+    def _deliver_refill(self, jobs: list[Job], reserved: int) -> None:
+        try:
+            self._hand_out(jobs, reserved)
+        except BaseException:  # noqa: BLE001 - never break the flusher; the reaper takes them back
+            logger.exception("worker %s: could not hand out %d jobs leased with completions", self.worker_id, len(jobs))
+
+    def _refill_idle(self) -> None:
+        with self._lock:
+            self._lock.notify_all()
 
     def _handler_loop(self) -> None:
         while True:
             entry = self._inbox.get()
             if entry is None:
                 return
+            started = time.monotonic()
             try:
                 self._process(entry)
             except BaseException:  # noqa: BLE001 - one job never kills the thread (C18)
                 logger.exception("worker %s: unexpected error while processing job %s", self.worker_id, entry.job.id)
             finally:
+                seconds = time.monotonic() - started
+                mean = self._handler_seconds  # a benign race: the mean only steers prefetching
+                self._handler_seconds = seconds if mean is None else mean + PREFETCH_EMA_WEIGHT * (seconds - mean)
                 if entry.deferred:  # the thread is free; the job stays in flight until written
                     with self._lock:
                         self._active -= 1
@@ -480,15 +552,20 @@ class WorkerPool:
                 else:
                     self._finish(entry, active=True)
 
-    def _free(self) -> int:
-        """Handler threads free for a new job (under ``self._lock``).
+    def _free(self, completing: int = 0) -> int:
+        """Jobs a lease query may ask for now (under ``self._lock``): free handler threads plus
+        the prefetch room (:meth:`_prefetch_room`), less what lease queries on the wire reserved.
 
         A thread is free once its handler returned, even while that job's completion waits in
         the batcher (the job still counts in :attr:`in_flight` and is heartbeated until written);
         so that completions that are slow to write cannot pile up leases, the jobs in flight are
-        also capped at twice ``concurrency``.
+        also capped at twice ``concurrency`` (plus the prefetch room).  ``completing``: jobs whose
+        completion the asking flush writes, no longer in flight once it returned.
         """
-        return min(self.concurrency - self._active, 2 * self.concurrency - self._busy)
+        ahead = self._prefetch_room()
+        return min(
+            self.concurrency + ahead - self._active, 2 * self.concurrency + ahead - (self._busy - completing)
+        ) - self._reserved
 
     def _wake_acquirer(self) -> None:
         # Only when the acquirer may act (first free thread, half free, pool empty) or stop()
@@ -662,6 +739,19 @@ class WorkerPool:
                 return
         self._count("released")
         logger.warning("worker %s: %s; job %s cancelled and released back to its queue", self.worker_id, reason, entry.job.id)
+
+    def _release_prefetched(self) -> None:
+        """At shutdown: jobs handed to the threads but not started yet (prefetched) go back to
+        their queue at once, under the fence, the attempt given back; they are not run."""
+        while True:
+            try:
+                entry = self._inbox.get_nowait()
+            except queue_module.Empty:
+                return
+            if entry is None:  # pragma: no cover - sentinels are put only after this
+                continue
+            self._release(entry, "shutting down before it started")
+            self._finish(entry, active=True)
 
     def _release_unstarted(self, job: Job) -> None:
         if job.lease_token is None:  # pragma: no cover - a dispatcher only returns leased jobs

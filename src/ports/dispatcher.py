@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from tether.domain.job import Job
+from tether.ports.repository import JobRepository
 
 
 @runtime_checkable
@@ -39,6 +40,15 @@ class Dispatcher(Protocol):
             StorageUnavailable: the repository could not be reached (the caller backs off).
         """
         ...
+
+    def leases_from(self, repository: JobRepository) -> bool:
+        """True when :meth:`acquire` does nothing but lease from ``repository`` with
+        :meth:`~tether.ports.repository.JobRepository.lease` (no broker to acknowledge or tell):
+        a worker pool may then also lease with
+        :meth:`~tether.ports.repository.JobRepository.complete_and_lease`, refilling its threads
+        in the statement that writes its completions.  Default: False (always ask :meth:`acquire`).
+        """
+        return False
 
     def maintain(self, now: datetime) -> None:
         """Periodic upkeep (re-publishing due jobs, reclaiming pending entries); may do nothing."""

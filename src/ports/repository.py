@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from tether.domain.errors import LeaseLost
+from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 
 
@@ -136,6 +136,50 @@ class JobRepository(Protocol):
             except LeaseLost as lost:
                 results.append(lost)
         return results
+
+    def complete_and_lease(
+        self,
+        items: Sequence[tuple[int, str]],
+        *,
+        now: datetime,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        lease_timeout: float,
+        limit: int,
+    ) -> tuple[list[Job | LeaseLost], list[Job]]:
+        """Fenced completion of ``items`` and a lease of up to ``limit`` more jobs, for a worker
+        pool whose completion flush also refills its free threads (issue 3, "drain").
+
+        The completions are exactly :meth:`complete_many` (each item its own compare-and-set on
+        (id, ``running``, token), one answer per item in input order, LeaseLost returned for an
+        item whose token no longer holds the job); the lease is exactly :meth:`lease` with the same
+        ``now`` (lease order, a fresh fencing token per job, expiry ``now + lease_timeout``
+        seconds; ``limit`` 0 leases nothing).  A job completed by this call is never leased by it.
+
+        Returns:
+            ``(completion results, leased jobs)``.
+
+        Raises:
+            StorageUnavailable: the store stayed unreachable.  Completions are then as for
+                :meth:`complete_many` (never reported done unless they landed); no lease was taken
+                that the caller is not told about, except one whose reply was lost and could not
+                be read back either (the reaper takes it back at its lease expiry).
+
+        This default calls :meth:`complete_many`, then :meth:`lease` (two round trips); when that
+        lease meets ``StorageUnavailable`` after the completions landed, it leases nothing and the
+        completions' answers are returned (the caller's next lease meets the trouble again).  The
+        PostgreSQL adapter does both in one statement.
+        """
+        results = self.complete_many(items, now=now) if items else []
+        if limit < 1:
+            return results, []
+        try:
+            jobs = self.lease(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
+        except StorageUnavailable:
+            if not items:
+                raise
+            return results, []
+        return results, jobs
 
     def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
         """Fenced: ``retrying`` due at ``retry_at`` if given and attempts are left, else ``dead``.

@@ -61,7 +61,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from tether.adapters.sqlalchemy import pg_bulk
-from tether.adapters.sqlalchemy.mapping import inserted_job
+from tether.adapters.sqlalchemy.mapping import inserted_job, row_to_job
 from tether.adapters.sqlalchemy.pg_driver import autocommit_connection
 from tether.adapters.sqlalchemy.repository import (
     SqlAlchemyJobRepository,
@@ -70,9 +70,10 @@ from tether.adapters.sqlalchemy.repository import (
     unknown_enqueue_error,
 )
 from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE
-from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError
-from tether.domain.job import EnqueueResult, JobStatus, NewJob
+from tether.domain.errors import ConfigurationError, LeaseLost, StorageUnavailable, TetherError
+from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.timeutil import ensure_utc
+from tether.domain.validation import validate_seconds, validate_worker_id
 
 log = logging.getLogger("tether.adapters.sqlalchemy")
 
@@ -157,6 +158,33 @@ def _ping_idle_connections(engine: Engine) -> None:
             engine.dialect.do_ping(dbapi_connection)
         except Exception as error:
             raise sa_exc.DisconnectionError(f"idle connection failed its ping: {error}") from error
+
+
+_STATUSES = {status.value: status for status in JobStatus}
+#: The columns :func:`_job_from_tuple` reads, in its order (statements list them explicitly).
+_JOB_COLUMNS = (
+    "id", "job_type", "queue", "payload", "priority", "status", "attempts", "max_attempts", "scheduled_at",
+    "created_at", "idempotency_key", "lease_token", "leased_by", "leased_at", "lease_expires_at", "last_error",
+    "finished_at",
+)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is UTC:
+        return value
+    return value.astimezone(UTC)  # timestamptz comes back in the session's zone
+
+
+def _job_from_tuple(row: Sequence[Any]) -> Job:
+    """The :class:`Job` of the first 17 columns of a raw row, in :data:`_JOB_COLUMNS` order
+    (what :func:`~tether.adapters.sqlalchemy.mapping.row_to_job` gives, without SQLAlchemy's
+    per-column result processing: psycopg already returns ``int``/``str``/aware datetimes)."""
+    return Job(
+        id=row[0], job_type=row[1], queue=row[2], payload_json=row[3], priority=row[4], status=_STATUSES[row[5]],
+        attempts=row[6], max_attempts=row[7], scheduled_at=_utc(row[8]), created_at=_utc(row[9]),  # type: ignore[arg-type]
+        idempotency_key=row[10], lease_token=row[11], leased_by=row[12], leased_at=_utc(row[13]),
+        lease_expires_at=_utc(row[14]), last_error=row[15], finished_at=_utc(row[16]),
+    )
 
 
 class PostgresJobRepository(SqlAlchemyJobRepository):
@@ -366,6 +394,102 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
             statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]}
         ).all()
         return {(int(row.id), row.fenced_token): row for row in rows}
+
+    def _complete_and_lease_sql(self, shape: str) -> str:
+        """The SQL of :meth:`complete_and_lease` for a queue filter of ``shape`` (psycopg
+        ``%(name)s`` parameters): the ``complete_many`` update and the lease update as two
+        data-modifying CTEs of one statement (they touch disjoint rows: one needs ``running``, the
+        other ``queued``/``retrying``), their rows returned together, told apart by the last
+        column (true: completed by this statement).  Columns are listed as :data:`_JOB_COLUMNS`, so
+        :func:`_job_from_tuple` reads them by position whatever the physical column order."""
+        key = ("complete_and_lease", shape)
+        sql = self._statements.get(key)
+        if sql is None:
+            table = self._qualified_table
+            columns = ", ".join(f"j.{name}" for name in _JOB_COLUMNS)
+            queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
+                            "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
+            sql = (
+                f"WITH done AS (UPDATE {table} AS j SET status = 'completed', finished_at = %(p_now)s, "
+                "lease_token = NULL, leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
+                "FROM unnest(CAST(%(p_ids)s AS bigint[]), CAST(%(p_tokens)s AS text[])) AS v(id, token) "
+                "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token "
+                f"RETURNING {columns}, v.token AS fenced_token), "
+                f"chosen AS (SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
+                f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
+                "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED), "
+                f"leased AS (UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
+                "lease_token = md5(%(p_secret)s || CAST(j.id AS text)), leased_by = %(p_worker)s, "
+                "leased_at = %(p_now)s, lease_expires_at = %(p_expires)s FROM chosen WHERE j.id = chosen.id "
+                f"RETURNING {columns}, CAST(NULL AS text) AS fenced_token) "
+                "SELECT *, true FROM done UNION ALL SELECT *, false FROM leased"
+            )
+            self._statements[key] = sql
+        return sql
+
+    def complete_and_lease(
+        self,
+        items: Sequence[tuple[int, str]],
+        *,
+        now: datetime,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        lease_timeout: float,
+        limit: int,
+    ) -> tuple[list[Job | LeaseLost], list[Job]]:
+        """The fenced completions of ``items`` and a lease of up to ``limit`` jobs in **one**
+        statement (one round trip, one commit): see :meth:`_complete_and_lease_template`.
+
+        Each item is still its own compare-and-set on (id, ``running``, token), answered by the
+        (id, token) that matched (a stale token next to the current one is LeaseLost); leased
+        tokens are ``md5(secret || id)`` as in :meth:`lease`.  When the connection dies during
+        the statement, both halves are read back (the statement is atomic: it landed whole or not
+        at all): the rows leased under the secret, and each item's row (completed at ``now``:
+        done; still running under its token: not landed, so the statement is sent again with a
+        fresh secret; else LeaseLost).  Raises StorageUnavailable past the retries.
+        """
+        now = ensure_utc(now, "now")
+        if not items or limit < 1 or (queues is not None and not queues):
+            return super().complete_and_lease(
+                items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit
+            )
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        sql = self._complete_and_lease_sql(self._queue_shape(queues))
+        batch = [(int(job_id), str(token)) for job_id, token in items]
+        base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        done: dict[tuple[int, str], Job | LeaseLost] = {}
+        for attempt in range(self.retry_attempts):
+            secret = secrets.token_hex(16)
+            params = {**base, "p_secret": secret, "p_ids": [i for i, _ in batch], "p_tokens": [t for _, t in batch]}
+            try:
+                rows = self._write_once(  # raw rows, mapped by position: no per-column result processing
+                    "complete and lease jobs", lambda c: c.exec_driver_sql(sql, params).all(), single=True  # noqa: B023
+                )
+            except _UnknownOutcome:
+                leased = self._read(
+                    "check an interrupted lease",
+                    lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
+                )
+                pending = self._recheck_completions(batch, now, done)
+                if pending and not leased:  # it did not land: send it again (the others are answered)
+                    batch = pending
+                    if attempt + 1 < self.retry_attempts:
+                        self._sleep(attempt)
+                    continue
+                jobs = sorted((row_to_job(r) for r in leased), key=lease_order_key)
+                return [done[(int(i), str(t))] for i, t in items], jobs
+            jobs = []
+            for row in rows:
+                if row[-1]:
+                    done[(row[0], row[-2])] = _job_from_tuple(row)
+                else:
+                    jobs.append(_job_from_tuple(row))
+            for key in batch:
+                if key not in done:
+                    done[key] = LeaseLost(*key)
+            return [done[(int(i), str(t))] for i, t in items], sorted(jobs, key=lease_order_key)
+        raise StorageUnavailable(f"{self.safe_url}: could not complete and lease jobs: the connection kept failing")
 
     @property
     def _qualified_table(self) -> str:

@@ -868,23 +868,33 @@ class SqlAlchemyJobRepository(JobRepository):
                     done[(job_id, token)] = row_to_job(row) if row is not None else LeaseLost(job_id, token)
                 pending = []
             except _UnknownOutcome:
-                ids = [job_id for job_id, _ in batch]
-                current = self._read(
-                    "check interrupted completions",
-                    lambda c: {int(r.id): r for r in c.execute(select(self.table).where(self.table.c.id.in_(ids)))},  # noqa: B023
-                )
-                pending = []
-                for job_id, token in batch:
-                    row = current.get(job_id)
-                    if row is not None and row.status == JobStatus.RUNNING.value and row.lease_token == token:
-                        pending.append((job_id, token))  # did not land: send again
-                    elif row is not None and row.status == JobStatus.COMPLETED.value and row.finished_at == now:
-                        done[(job_id, token)] = row_to_job(row)
-                    else:
-                        done[(job_id, token)] = LeaseLost(job_id, token)
+                pending = self._recheck_completions(batch, now, done)
         if pending:
             raise StorageUnavailable(f"{self.safe_url}: could not complete jobs: the connection kept failing")
         return [done[(int(job_id), str(token))] for job_id, token in items]
+
+    def _recheck_completions(
+        self, batch: Sequence[tuple[int, str]], now: datetime, done: dict[tuple[int, str], Job | LeaseLost]
+    ) -> list[tuple[int, str]]:
+        """After a completion write whose commit was interrupted: read the rows of ``batch`` and
+        record in ``done`` each item that landed (completed at ``now``: the job) or never can
+        (someone else moved the job: LeaseLost); returns the items still running under their
+        token (they did not land; sending them again is safe)."""
+        ids = [job_id for job_id, _ in batch]
+        current = self._read(
+            "check interrupted completions",
+            lambda c: {int(r.id): r for r in c.execute(select(self.table).where(self.table.c.id.in_(ids)))},
+        )
+        pending = []
+        for job_id, token in batch:
+            row = current.get(job_id)
+            if row is not None and row.status == JobStatus.RUNNING.value and row.lease_token == token:
+                pending.append((job_id, token))  # did not land: send again
+            elif row is not None and row.status == JobStatus.COMPLETED.value and row.finished_at == now:
+                done[(job_id, token)] = row_to_job(row)
+            else:
+                done[(job_id, token)] = LeaseLost(job_id, token)
+        return pending
 
     def fail(self, job_id: int, token: str, *, now: datetime, error: str, retry_at: datetime | None) -> Job:
         """Fenced: ``retrying`` at ``retry_at`` if given and attempts are left (decided in SQL on the
