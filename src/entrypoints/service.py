@@ -351,6 +351,7 @@ class Tether:
         drain_timeout: float = 30.0,
         worker_id: str | None = None,
         max_wait: float = 1.0,
+        prefetch: int | None = None,
     ) -> WorkerPool:
         """A worker pool running this app's handlers (see :class:`~tether.entrypoints.worker.WorkerPool`
         for every argument).  Call ``.run()`` to block (SIGINT/SIGTERM stop it gracefully) or
@@ -369,6 +370,7 @@ class Tether:
             drain_timeout=drain_timeout,
             worker_id=worker_id,
             max_wait=max_wait,
+            prefetch=prefetch,
         )
         self._pools.append(pool)
         return pool
