@@ -25,7 +25,12 @@ repository, each flush also asks the pool how many jobs its free threads can tak
 :meth:`~tether.ports.repository.JobRepository.complete_and_lease` instead: the completions and
 the next leases in one round trip (one statement on PostgreSQL).  The leased jobs go to
 :attr:`Refill.deliver` after every completion of the batch was answered; on any error nothing
-was leased and ``deliver`` gets ``[]``, so the reservation is always given back.
+was leased and ``deliver`` gets ``[]``, so the reservation is always given back.  With a
+refill the flusher also waits, up to :data:`REFILL_COALESCE_SECONDS` after its first pending
+item, while the pool's handlers are still running jobs (:attr:`Refill.handlers_busy`; the pool
+calls :meth:`CompletionBatcher.poke` when the last one returns): one statement then completes
+what the threads finished together and leases their next jobs, instead of one statement per
+thread.  A job alone is still written at once (no handler busy).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ logger = logging.getLogger("tether.worker")
 
 #: Most completions written by one ``complete_many`` call.
 DEFAULT_MAX_BATCH = 100
+#: Longest wait, in seconds, of a refilling flush for the pool's busy handlers to finish.
+REFILL_COALESCE_SECONDS = 0.002
 
 
 #: Callback of :meth:`CompletionBatcher.submit`: the completed job, or the error for that item.
@@ -65,6 +72,8 @@ class Refill:
             error) for a reservation of ``reserved``; must not raise.
         idle: called when the flusher has nothing pending or in flight (the pool's own lease
             loop, which waits while a flush may refill, goes on then).
+        handlers_busy: True while a handler of the pool is running or a job waits for a thread
+            (read without locks; only steers when to flush).
     """
 
     queues: Sequence[str] | None
@@ -73,6 +82,7 @@ class Refill:
     reserve: Callable[[int], int]
     deliver: Callable[[list[Job], int], None]
     idle: Callable[[], None]
+    handlers_busy: Callable[[], bool]
 
 
 class _Pending:
@@ -138,6 +148,11 @@ class CompletionBatcher:
             return False
         with self._cond:
             return self._flushing or bool(self._pending)
+
+    def poke(self) -> None:
+        """Tell a flusher waiting for busy handlers (see :class:`Refill`) to look again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def start(self) -> None:
         """Start the flusher thread (a daemon)."""
@@ -212,6 +227,13 @@ class CompletionBatcher:
                     self._cond.wait()
                 if not self._pending and not retry:
                     return
+                if self._refill is not None and not retry:  # let the threads' completions gather
+                    ends = time.monotonic() + REFILL_COALESCE_SECONDS
+                    while len(self._pending) < self._max_batch and not self._closed and self._refill.handlers_busy():
+                        remaining = ends - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._cond.wait(remaining)
                 room = max(self._max_batch - len(retry), 0)
                 batch = retry + self._pending[:room]
                 del self._pending[:room]
@@ -273,4 +295,4 @@ class CompletionBatcher:
             logger.exception("completion callback for job %s raised", pending.job_id)
 
 
-__all__ = ["DEFAULT_MAX_BATCH", "CompletionBatcher", "Done", "Refill"]
+__all__ = ["DEFAULT_MAX_BATCH", "REFILL_COALESCE_SECONDS", "CompletionBatcher", "Done", "Refill"]

@@ -252,6 +252,7 @@ class WorkerPool:
             refill = Refill(
                 queues=self.queues, worker_id=self.worker_id, lease_timeout=self.lease_timeout,
                 reserve=self._reserve_refill, deliver=self._deliver_refill, idle=self._refill_idle,
+                handlers_busy=lambda: self._active > 0,
             )
         self._completions = CompletionBatcher(repository, clock, name="tether-complete", refill=refill)
         self._maintenance = MaintenanceLoop(
@@ -548,7 +549,10 @@ class WorkerPool:
                 if entry.deferred:  # the thread is free; the job stays in flight until written
                     with self._lock:
                         self._active -= 1
+                        all_idle = self._active == 0
                         self._wake_acquirer()
+                    if all_idle:  # a flush waiting for the threads' completions can go now
+                        self._completions.poke()
                 else:
                     self._finish(entry, active=True)
 
@@ -581,9 +585,13 @@ class WorkerPool:
             if self._running.get(entry.job.id) is entry:
                 del self._running[entry.job.id]
             self._busy -= 1
+            all_idle = False
             if active:
                 self._active -= 1
+                all_idle = self._active == 0
             self._wake_acquirer()
+        if all_idle:
+            self._completions.poke()
 
     def _heartbeat_loop(self) -> None:
         while not self._heartbeat_stop.wait(self.heartbeat_interval):

@@ -1,4 +1,5 @@
-"""Contract part: fenced batch completion (``complete_many``, issue 3 item 3).
+"""Contract part: fenced batch completion (``complete_many``, issue 3 item 3) and completion with
+the next lease in one call (``complete_and_lease``).
 
 A worker pool flushes the completions of several handler threads in one call; every item must
 still be its own compare-and-set on (id, ``running``, lease token), the answers come back in input
@@ -97,6 +98,82 @@ class BatchCompletionContract(ContractSupport):
         results = repository.complete_many(crossed, now=clock.now() + timedelta(seconds=1))
         assert [type(r) for r in results] == [LeaseLost, LeaseLost]
         assert repository.get(a.id) == leased[a.id] and repository.get(b.id) == leased[b.id]
+
+
+    # -- complete_and_lease --------------------------------------------------------------------
+    def test_complete_and_lease_completes_each_item_fenced_and_leases_the_next_jobs(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        added = [self.add(repository, clock, {"n": n}) for n in range(5)]
+        first = repository.lease(queues=None, worker_id="w-1", now=clock.now(), lease_timeout=60, limit=2)
+        assert [j.id for j in first] == [added[0].id, added[1].id]
+        clock.advance(2)
+        items = [(first[1].id, self.token_of(first[1])), (first[0].id, "not-the-token"),
+                 (first[0].id, self.token_of(first[0]))]
+        results, leased = repository.complete_and_lease(
+            items, now=clock.now(), queues=None, worker_id="w-2", lease_timeout=30, limit=2
+        )
+        assert len(results) == 3
+        assert isinstance(results[0], Job) and results[0].id == first[1].id
+        assert isinstance(results[1], LeaseLost) and results[1].job_id == first[0].id  # a wrong token is refused ...
+        assert isinstance(results[2], Job) and results[2].id == first[0].id  # ... the right one next to it lands
+        for result in (results[0], results[2]):
+            assert isinstance(result, Job)
+            assert result.status is JobStatus.COMPLETED and result.finished_at == clock.now()
+            assert (result.lease_token, result.leased_by, result.lease_expires_at) == (None, None, None)
+            assert repository.get(result.id) == result
+        # the lease: the next two jobs in lease order, each under its own fresh token
+        assert [j.id for j in leased] == [added[2].id, added[3].id]
+        tokens = {j.lease_token for j in leased}
+        assert None not in tokens and len(tokens) == 2 and not tokens & {self.token_of(j) for j in first}
+        for job in leased:
+            assert job.status is JobStatus.RUNNING and job.attempts == 1 and job.leased_by == "w-2"
+            assert job.leased_at == clock.now() and job.lease_expires_at == clock.now() + timedelta(seconds=30)
+            assert repository.get(job.id) == job
+        assert repository.get(added[4].id).status is JobStatus.QUEUED
+        # the new leases are fenced like any other: a stale token cannot complete them
+        again, more = repository.complete_and_lease(
+            [(leased[0].id, self.token_of(first[0]))], now=clock.now(), queues=None, worker_id="w-2",
+            lease_timeout=30, limit=5,
+        )
+        assert isinstance(again[0], LeaseLost) and repository.get(leased[0].id) == leased[0]
+        assert [j.id for j in more] == [added[4].id]  # what is left; completed and running jobs are never leased
+
+    def test_complete_and_lease_with_limit_zero_only_completes_and_without_items_only_leases(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        a = self.add(repository, clock, {"n": "a"})
+        b = self.add(repository, clock, {"n": "b"})
+        job = self.lease_one(repository, clock)
+        assert job.id == a.id
+        results, leased = repository.complete_and_lease(
+            [(job.id, self.token_of(job))], now=clock.now(), queues=None, worker_id="w", lease_timeout=60, limit=0
+        )
+        assert isinstance(results[0], Job) and results[0].status is JobStatus.COMPLETED and leased == []
+        assert repository.get(b.id).status is JobStatus.QUEUED
+        results, leased = repository.complete_and_lease(
+            [], now=clock.now(), queues=None, worker_id="w", lease_timeout=60, limit=3
+        )
+        assert results == [] and [j.id for j in leased] == [b.id]
+
+    def test_complete_and_lease_leases_only_from_the_queues_asked_for(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        mine = self.add(repository, clock, {"n": 0}, queue="mine")
+        theirs = self.add(repository, clock, {"n": 1}, queue="theirs")
+        other = self.add(repository, clock, {"n": 2}, queue="other")
+        held = self.lease_one(repository, clock, queues=["mine"])
+        assert held.id == mine.id
+        extra = self.add(repository, clock, {"n": 3}, queue="mine")
+        results, leased = repository.complete_and_lease(
+            [(held.id, self.token_of(held))], now=clock.now(), queues=["mine"], worker_id="w", lease_timeout=60, limit=5
+        )
+        assert isinstance(results[0], Job) and [j.id for j in leased] == [extra.id]
+        results, leased = repository.complete_and_lease(
+            [(leased[0].id, self.token_of(leased[0]))], now=clock.now(), queues=["theirs", "other"], worker_id="w",
+            lease_timeout=60, limit=5,
+        )
+        assert isinstance(results[0], Job) and {j.id for j in leased} == {theirs.id, other.id}
 
 
 __all__ = ["BatchCompletionContract"]
