@@ -2,8 +2,15 @@
 
 Threads of one :class:`WorkerPool`:
 
-- ``tether-acquire``: asks the dispatcher for as many jobs as there are free handler threads
-  (``acquire(limit=free, ...)``) and hands each to a handler thread.  A thread is free once its
+- ``tether-acquire``: asks the dispatcher for as many jobs as there are free handler threads plus
+  the prefetch room (``acquire(limit=free, ...)``) and hands each to a handler thread; jobs beyond
+  the free threads wait in the pool's inbox, heartbeated like running ones.  The prefetch room is
+  at most ``prefetch`` and at most what the threads would start within ``PREFETCH_HORIZON``
+  seconds at the recent mean handler time (none before the first handler returned), so slow jobs
+  are not leased ahead.  When the dispatcher leases straight from the repository
+  (``Dispatcher.leases_from``), the completion flush leases for the free threads too
+  (``complete_and_lease``: one round trip), and this loop waits while such a flush is pending or
+  on the wire; it leases itself when the pool is starting or idle.  A thread is free once its
   handler returned, even while that job's completion is still being written by the batcher (the
   job stays in :attr:`WorkerPool.in_flight`, heartbeated, until its write returned), so leasing
   overlaps with writing; jobs in flight are capped at twice ``concurrency``.  Once one thread is
@@ -35,7 +42,8 @@ Threads of one :class:`WorkerPool`:
 - ``tether-maintenance``: the reaper every ``reap_interval`` seconds, and the dispatcher's upkeep.
 
 Shutdown (:meth:`WorkerPool.stop`, or SIGINT/SIGTERM under :meth:`WorkerPool.run`): no lease is
-taken after the request (jobs a lease query returned at that very moment are released unstarted);
+taken after the request (jobs a lease query returned at that very moment, and jobs prefetched but
+not started yet, are released unstarted at once);
 in-flight jobs get ``drain_timeout`` seconds to finish; past that their contexts are cancelled and
 their jobs released under the fence (``queued``, due now, lease cleared, the attempt given back)
 so another worker can lease them at once (case C16).  Whatever a released handler does afterwards
