@@ -72,7 +72,7 @@ from tether.adapters.sqlalchemy.repository import (
 from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE
 from tether.domain.errors import ConfigurationError, LeaseLost, StorageUnavailable, TetherError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
-from tether.domain.timeutil import ensure_utc
+from tether.domain.timeutil import UTC, ensure_utc
 from tether.domain.validation import validate_seconds, validate_worker_id
 
 log = logging.getLogger("tether.adapters.sqlalchemy")
