@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -83,3 +84,13 @@ def redis_cluster() -> Iterator[ThrowawayRedisCluster]:
         raise
     yield cluster
     cluster.stop()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll ``condition`` every 10 ms until it holds; AssertionError naming ``what`` after
+    ``timeout`` seconds (a bound against hanging, never a measurement)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)

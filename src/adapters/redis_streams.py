@@ -30,8 +30,11 @@ The repository is the source of truth; Redis only carries "look at job N".  The 
   and returns what it got without touching Redis; for each job leased that way the background
   thread later reads and acknowledges one entry of that job's queue (one entry buys one lease;
   what is not there then is not carried over).  The first lease that finds nothing ends backlog
-  mode and the worker blocks on the streams again.  This keeps a draining worker at polling's
-  speed instead of paying a Redis round trip per lease.
+  mode and the worker blocks on the streams again.  Likewise a worker pool refills its threads in
+  the statement that writes its completions (:meth:`~RedisStreamsDispatcher.leases_from`, as
+  with polling) and tells :meth:`~RedisStreamsDispatcher.leased_directly`, which owes one entry
+  per job leased.  This keeps a draining worker at polling's speed instead of paying a Redis
+  round trip per lease.
 * **Pending entries of dead consumers** (in the sweep pass): ``XAUTOCLAIM <stream> <group>
   <consumer> <claim_idle ms> 0-0 COUNT 100`` moves entries idle longer than ``claim_idle`` to this
   consumer, which acknowledges them; ids of entries whose message was trimmed or deleted
@@ -357,7 +360,8 @@ class RedisStreamsDispatcher(Dispatcher):
         self._deferred_acks: dict[str, list[str]] = {}
         self._ack_wanted = threading.Event()
         self._backlog: dict[tuple[str, ...] | None, bool] = {}
-        self._debts: dict[str, int] = {}
+        # queue -> ids of the jobs leased without spending an entry (backlog mode, refills), in order
+        self._debts: dict[str, dict[int, None]] = {}
         self._acker: threading.Thread | None = None
         self._timers: list[tuple[datetime, int, str]] = []
         self._blocked: dict[int, BlockingSession] = {}
@@ -769,6 +773,8 @@ class RedisStreamsDispatcher(Dispatcher):
             job_id = _job_id_of(fields)
             if job_id is None:
                 acks.setdefault(stream, []).append(entry_id)  # malformed: nothing to do but ack
+            elif self._debts and self._pays_debt(stream, job_id):
+                acks.setdefault(stream, []).append(entry_id)  # its job was leased without it
             else:
                 by_stream.setdefault(stream, []).append((entry_id, job_id))
         for stream, items in by_stream.items():
@@ -858,13 +864,39 @@ class RedisStreamsDispatcher(Dispatcher):
             # Unacknowledged entries stay pending; maintain() claims and acknowledges them later.
             self._record_failure(exc)
 
+    def leases_from(self, repository: JobRepository) -> bool:
+        """True for this dispatcher's own repository: a worker pool may refill its threads in the
+        statement that writes its completions (``complete_and_lease``), as with polling, and tells
+        :meth:`leased_directly`, which retires as many stream entries as in backlog mode.  A
+        draining worker so pays no Redis round trip per lease."""
+        return repository is self._repository
+
+    def leased_directly(self, jobs: Sequence[Job]) -> None:
+        """Jobs a worker pool leased from the repository itself: one entry of each one's queue is
+        read and acknowledged in the background (see :meth:`_owe`).  Never raises."""
+        if jobs and not self._closed:
+            self._owe(jobs)
+
     def _owe(self, jobs: Sequence[Job]) -> None:
         """Jobs leased straight from the repository in backlog mode: retire as many entries of their
         queues' streams in the background (one entry buys one lease, see :meth:`_take`)."""
         with self._lock:
             for job in jobs:
-                self._debts[job.queue] = self._debts.get(job.queue, 0) + 1
+                self._debts.setdefault(job.queue, {})[job.id] = None
         self._wake_acker()
+
+    def _pays_debt(self, stream: str, job_id: int) -> bool:
+        """True (and the debt is settled) when ``job_id`` was leased without spending an entry and
+        this entry of its queue is its own: acknowledging it is that lease's entry, no lease by id."""
+        queue = self._keys.queue_of(stream)
+        with self._lock:
+            owed = self._debts.get(queue)
+            if owed is None or job_id not in owed:
+                return False
+            del owed[job_id]
+            if not owed:
+                del self._debts[queue]
+            return True
 
     def _wake_acker(self) -> None:
         """Start the background acknowledger on first use, and wake it."""
@@ -885,7 +917,7 @@ class RedisStreamsDispatcher(Dispatcher):
             pipe = self._client.pipeline(transaction=False)
             queues = sorted(debts)
             for queue in queues:
-                pipe.xreadgroup(self._group, self._consumer, {self._keys.stream(queue): ">"}, count=debts[queue])
+                pipe.xreadgroup(self._group, self._consumer, {self._keys.stream(queue): ">"}, count=len(debts[queue]))
             replies = pipe.execute(raise_on_error=False)
             acks: dict[str, list[str]] = {}
             for reply in replies:

@@ -535,6 +535,13 @@ class WorkerPool:
             self._hand_out(jobs, reserved)
         except BaseException:  # noqa: BLE001 - never break the flusher; the reaper takes them back
             logger.exception("worker %s: could not hand out %d jobs leased with completions", self.worker_id, len(jobs))
+        if jobs:
+            told = getattr(self.dispatcher, "leased_directly", None)  # a third-party dispatcher may lack it
+            if told is not None:
+                try:
+                    told(jobs)
+                except Exception:  # noqa: BLE001 - a broker's bookkeeping never breaks the flusher
+                    self._ratelog("note-leases", logging.WARNING, "worker %s: the dispatcher failed to note %d leases", self.worker_id, len(jobs), exc_info=True)
 
     def _refill_idle(self) -> None:
         with self._lock:

@@ -50,6 +50,14 @@ class Dispatcher(Protocol):
         """
         return False
 
+    def leased_directly(self, jobs: Sequence[Job]) -> None:
+        """Told after a worker pool leased ``jobs`` from the repository itself (a completion flush's
+        :meth:`~tether.ports.repository.JobRepository.complete_and_lease`, allowed by
+        :meth:`leases_from`), not through :meth:`acquire`: a broker dispatcher retires as many of
+        its messages so they do not buy a second lease later.  Must not raise or block for long.
+        Default: nothing (polling keeps no messages)."""
+        return None
+
     def maintain(self, now: datetime) -> None:
         """Periodic upkeep (re-publishing due jobs, reclaiming pending entries); may do nothing."""
         ...

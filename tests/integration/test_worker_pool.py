@@ -23,6 +23,8 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.service import Tether
 from tether.ports.clock import Clock
 
+from tests.conftest import wait_for
+
 FAST = RetryPolicy(base_seconds=0.05, cap_seconds=0.2, jitter=0)
 
 
@@ -31,13 +33,6 @@ def make_app(repo: InMemoryJobRepository | None = None, clock: Clock | None = No
     clock = clock if clock is not None else SystemClock()
     return Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock, retry_policy=policy)
 
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def run_until_idle(app: Tether, **kwargs) -> object:

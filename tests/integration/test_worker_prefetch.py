@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,13 +25,7 @@ from tether.domain.transitions import RELEASED_ERROR
 from tether.entrypoints import worker as worker_module
 from tether.entrypoints.service import EnqueueRequest, Tether
 
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
+from tests.conftest import wait_for
 
 
 class RecordingRepository(InMemoryJobRepository):

@@ -30,13 +30,7 @@ from tether.domain.transitions import RELEASED_ERROR
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.service import Tether
 
-
-def wait_for(condition, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
+from tests.conftest import wait_for
 
 
 def make_app() -> Tether:

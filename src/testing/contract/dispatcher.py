@@ -287,5 +287,23 @@ class DispatcherContract:
         assert self.acquire(dispatcher, queues=["default"], max_wait=self.idle_wait) == []
         assert repository.get(later.id).status is JobStatus.QUEUED
 
+    def test_jobs_leased_directly_are_not_handed_out_again_and_later_ones_still_are(self, repository, dispatcher, clock):
+        """A pool that refills from the repository (``leases_from``) tells ``leased_directly``
+        (harmless for any dispatcher): the notifications of those jobs then buy nothing, and a job published afterwards is
+        still delivered (no other job's notification was spent on them)."""
+        assert dispatcher.leases_from(repository) in (True, False)  # either way, being told must be harmless
+        jobs = [self.enqueue(repository, dispatcher, clock) for _ in range(3)]
+        direct = repository.lease(queues=["default"], worker_id="refill", now=clock.now(),
+                                  lease_timeout=self.lease_timeout, limit=3)
+        assert sorted(j.id for j in direct) == sorted(j.id for j in jobs)
+        dispatcher.leased_directly(direct)
+        assert self.acquire(dispatcher, worker_id="w2", queues=["default"], limit=3, max_wait=self.idle_wait) == []
+        later = self.enqueue(repository, dispatcher, clock)
+        got = self.collect(dispatcher, clock, 1, worker_id="w2", queues=["default"], limit=3)
+        assert [j.id for j in got] == [later.id]
+        self.assert_leased_to(repository, got[0], "w2")
+        for job in direct:
+            assert repository.get(job.id).leased_by == "refill"
+
 
 __all__ = ["DispatcherContract"]
