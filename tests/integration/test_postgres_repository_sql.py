@@ -16,7 +16,7 @@ from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, event, insert, select, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select, text
 from sqlalchemy.orm import Session
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
@@ -259,7 +259,8 @@ def test_a_batch_lease_comes_back_in_lease_order_with_distinct_tokens(repo: Post
 
 # -- C19: the lease query's plan ------------------------------------------------------------------
 @pytest.mark.slow
-def test_c19_lease_plan_uses_the_partial_index_with_many_finished_rows(repo: PostgresJobRepository, clock: FakeClock) -> None:
+def test_c19_lease_plan_uses_the_partial_index_with_many_finished_rows(repo: PostgresJobRepository, clock: FakeClock,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     now = clock.now()
     with repo.engine.begin() as conn:
         conn.execute(
@@ -281,22 +282,23 @@ def test_c19_lease_plan_uses_the_partial_index_with_many_finished_rows(repo: Pos
         (["a", "b"], (LEASABLE_QUEUE_INDEX, LEASABLE_INDEX)),
     ]
     captured: list[tuple[str, Any]] = []
+    real = repo._driver_once
 
-    def grab(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if "SKIP LOCKED" in statement:
-            captured.append((statement, parameters))
+    def grab(doing: str, sql: str, params: Any) -> Any:
+        if "SKIP LOCKED" in sql:
+            captured.append((sql, params))
+        return real(doing, sql, params)
 
-    event.listen(repo.engine, "before_cursor_execute", grab)
-    try:
-        for queues, _ in cases:  # the statements exactly as the repository sends them
-            assert len(repo.lease(queues=queues, worker_id="w", now=now, lease_timeout=60, limit=1)) == 1
-    finally:
-        event.remove(repo.engine, "before_cursor_execute", grab)
+    monkeypatch.setattr(repo, "_driver_once", grab)
+    for queues, _ in cases:  # the statements exactly as the repository sends them
+        assert len(repo.lease(queues=queues, worker_id="w", now=now, lease_timeout=60, limit=1)) == 1
+    monkeypatch.undo()
     assert len(captured) == len(cases)
     for (statement, parameters), (queues, indexes) in zip(captured, cases):
         with repo.engine.connect() as conn:
-            plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + statement, parameters))
-            conn.rollback()
+            raw = conn.connection.driver_connection
+            plan = "\n".join(r[0] for r in raw.execute("EXPLAIN " + statement, parameters))
+            raw.rollback()
         assert any(index in plan for index in indexes), plan
         assert "Seq Scan on tether_jobs" not in plan, plan
     assert len(repo.lease(queues=["a"], worker_id="w", now=now, lease_timeout=60, limit=50)) == 34 - 2  # two of queue a went to the plan probes
@@ -379,13 +381,13 @@ def test_an_interrupted_lease_commit_is_recovered_not_lost(repo: PostgresJobRepo
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Fakes only what cannot be caused on demand: the reply to a committed lease is lost."""
     job = repo.enqueue(_job(clock), now=clock.now()).job
-    real = repo._write_once
+    real = repo._driver_once
 
-    def commit_then_lose_reply(doing: str, work: Any, **options: Any) -> Any:
-        real(doing, work, **options)  # the lease really commits...
+    def commit_then_lose_reply(doing: str, sql: str, params: Any) -> Any:
+        real(doing, sql, params)  # the lease really commits...
         raise repository_module._UnknownOutcome(ConnectionError("server closed the connection"))  # ...reply lost
 
-    monkeypatch.setattr(repo, "_write_once", commit_then_lose_reply)
+    monkeypatch.setattr(repo, "_driver_once", commit_then_lose_reply)
     leased = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)
     monkeypatch.undo()
     assert [j.id for j in leased] == [job.id]
@@ -399,11 +401,11 @@ def test_a_lease_whose_commit_keeps_being_interrupted_raises_not_no_job(repo: Po
     job = repo.enqueue(_job(clock), now=clock.now()).job
     calls = {"n": 0}
 
-    def lost_before_landing(doing: str, work: Any, **options: Any) -> Any:
+    def lost_before_landing(doing: str, sql: str, params: Any) -> Any:
         calls["n"] += 1
         raise repository_module._UnknownOutcome(ConnectionError("server closed the connection"))
 
-    monkeypatch.setattr(repo, "_write_once", lost_before_landing)
+    monkeypatch.setattr(repo, "_driver_once", lost_before_landing)
     monkeypatch.setattr(repo, "retry_base_delay", 0.001)
     with pytest.raises(StorageUnavailable, match="could not lease jobs"):
         repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)
@@ -467,6 +469,26 @@ def test_bad_urls_name_the_url_without_its_password(shared_repo: PostgresJobRepo
     assert "tether db init" in str(info.value)
     with pytest.raises(ConfigurationError):
         open_repository(DATABASE_URL, schema="bad-name; DROP")
+
+
+def test_the_driver_paths_report_an_unreachable_server_as_storage_unavailable(clock: FakeClock) -> None:
+    """The enqueue and lease statements sent on the driver (pg_driver) fail like every other
+    operation: StorageUnavailable naming the URL without its password, after the retries."""
+    url = normalize_postgres_url(DATABASE_URL).set(port=1, password="s3cret-pw")
+    repo = PostgresJobRepository.from_url(url, schema=SCHEMA)
+    repo.retry_base_delay = 0.001
+    try:
+        for attempt in (
+            lambda: repo.enqueue(_job(clock), now=clock.now()),
+            lambda: repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60),
+            lambda: repo.complete_and_lease([(1, "t" * 32)], now=clock.now(), queues=None, worker_id="w",
+                                            lease_timeout=60, limit=2),
+        ):
+            with pytest.raises(StorageUnavailable) as info:
+                attempt()
+            assert "s3cret-pw" not in str(info.value) and "***" in str(info.value)
+    finally:
+        repo.close()
 
 
 def test_a_schema_from_a_newer_tether_is_refused_and_left_alone(shared_repo: PostgresJobRepository) -> None:

@@ -32,10 +32,13 @@ def autocommit_connection(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
     invalidated in the pool (never handed out again), a healthy one goes back in transaction mode.
 
     Raises:
-        sqlalchemy.exc.DBAPIError: checking out a connection failed (already wrapped by the pool)
-            or the block raised a psycopg error.
+        sqlalchemy.exc.DBAPIError: checking out a connection failed, or the block raised a
+            psycopg error.
     """
-    fairy = engine.raw_connection()
+    try:
+        fairy = engine.raw_connection()
+    except psycopg.Error as error:  # the pool's connect (unlike Engine.connect) does not wrap driver errors
+        raise sa_exc.DBAPIError.instance(None, None, error, psycopg.Error) from error
     driver: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
     broken = False
     try:

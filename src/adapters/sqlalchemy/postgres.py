@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Text, bindparam, cast, create_engine, event, func, literal, select, text, update
+from sqlalchemy import Text, cast, create_engine, event, func, literal, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
@@ -217,16 +217,19 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         params = (new_job.job_type, new_job.queue, new_job.payload_json, new_job.priority, new_job.max_attempts,
                   new_job.scheduled_at, now)
         try:
-            job_id = self._driver_write_once("enqueue a job", sql, params)
+            [(job_id,)] = self._driver_once("enqueue a job", sql, params)
         except _UnknownOutcome as unknown:
             raise unknown_enqueue_error(self.safe_url) from unknown.cause
-        return EnqueueResult(inserted_job(new_job, job_id, now), created=True)
+        return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
 
-    def _driver_write_once(self, doing: str, sql: str, params: tuple[Any, ...]) -> int:
-        """Run the one-row, one-column statement ``sql`` in autocommit on a pooled psycopg
-        connection; its value.  A failure to get a connection is retried with backoff; a failure
-        once the statement may have been sent raises :class:`_UnknownOutcome` (the rules of
-        :meth:`_write_once`).  Raises StorageUnavailable past the retries, or for a non-transient error."""
+    def _driver_once(self, doing: str, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        """Run the one statement ``sql`` (psycopg ``%s``/``%(name)s`` parameters, prepared) in
+        autocommit on a pooled psycopg connection (:mod:`.pg_driver`); its rows.
+
+        The rules of :meth:`_write_once`: a failure to get a connection is retried with backoff; a
+        failure once the statement may have been sent raises :class:`_UnknownOutcome` for the
+        caller to resolve.  Raises StorageUnavailable past the retries, or for a non-transient error.
+        """
         for attempt in range(self.retry_attempts):
             if self._closed:
                 raise StorageUnavailable(f"{self.safe_url}: the repository was closed")
@@ -234,9 +237,7 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
             try:
                 with autocommit_connection(self.engine) as driver:
                     sent = True
-                    row = driver.execute(sql, params, prepare=True).fetchone()
-                assert row is not None  # INSERT ... RETURNING of one row
-                return int(row[0])
+                    return driver.execute(sql, params, prepare=True).fetchall()
             except sa_exc.DBAPIError as error:
                 if not self._is_transient(error):
                     raise self._translate(error, doing) from error
@@ -395,36 +396,62 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         ).all()
         return {(int(row.id), row.fenced_token): row for row in rows}
 
+    def _lease_parts(self, shape: str) -> tuple[str, str]:
+        """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
+        :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
+        due rows of the queue filter ``shape`` (all, one, many) in lease order, skipping rows other
+        workers hold locked) and the UPDATE that leases them, each under ``md5(p_secret || id)``,
+        returning :data:`_JOB_COLUMNS`."""
+        table = self._qualified_table
+        columns = ", ".join(f"j.{name}" for name in _JOB_COLUMNS)
+        queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
+                        "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
+        chosen = (
+            f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
+            f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
+            "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED"
+        )
+        update = (
+            f"UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
+            "lease_token = md5(%(p_secret)s || CAST(j.id AS text)), leased_by = %(p_worker)s, "
+            "leased_at = %(p_now)s, lease_expires_at = %(p_expires)s FROM chosen WHERE j.id = chosen.id "
+            f"RETURNING {columns}"
+        )
+        return chosen, update
+
+    def _lease_sql(self, shape: str) -> str:
+        """The lease statement (:meth:`_lease_parts`) for a queue filter of ``shape``."""
+        key = ("lease_sql", shape)
+        sql = self._statements.get(key)
+        if sql is None:
+            chosen, update = self._lease_parts(shape)
+            sql = self._statements[key] = f"WITH chosen AS ({chosen}) {update}"
+        return sql
+
     def _complete_and_lease_sql(self, shape: str) -> str:
         """The SQL of :meth:`complete_and_lease` for a queue filter of ``shape`` (psycopg
-        ``%(name)s`` parameters): the ``complete_many`` update and the lease update as two
-        data-modifying CTEs of one statement (they touch disjoint rows: one needs ``running``, the
-        other ``queued``/``retrying``), their rows returned together, told apart by the last
-        column (true: completed by this statement).  Columns are listed as :data:`_JOB_COLUMNS`, so
-        :func:`_job_from_tuple` reads them by position whatever the physical column order."""
+        ``%(name)s`` parameters): the ``complete_many`` update and the lease
+        (:meth:`_lease_parts`) as two data-modifying CTEs of one statement (they touch disjoint
+        rows: one needs ``running``, the other ``queued``/``retrying``), their rows returned
+        together, told apart by the last column (true: completed by this statement).  Columns are
+        listed as :data:`_JOB_COLUMNS`, so :func:`_job_from_tuple` reads them by position whatever
+        the physical column order."""
         key = ("complete_and_lease", shape)
         sql = self._statements.get(key)
         if sql is None:
             table = self._qualified_table
             columns = ", ".join(f"j.{name}" for name in _JOB_COLUMNS)
-            queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
-                            "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
-            sql = (
+            chosen, update = self._lease_parts(shape)
+            sql = self._statements[key] = (
                 f"WITH done AS (UPDATE {table} AS j SET status = 'completed', finished_at = %(p_now)s, "
                 "lease_token = NULL, leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
                 "FROM unnest(CAST(%(p_ids)s AS bigint[]), CAST(%(p_tokens)s AS text[])) AS v(id, token) "
                 "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token "
                 f"RETURNING {columns}, v.token AS fenced_token), "
-                f"chosen AS (SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
-                f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
-                "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED), "
-                f"leased AS (UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
-                "lease_token = md5(%(p_secret)s || CAST(j.id AS text)), leased_by = %(p_worker)s, "
-                "leased_at = %(p_now)s, lease_expires_at = %(p_expires)s FROM chosen WHERE j.id = chosen.id "
-                f"RETURNING {columns}, CAST(NULL AS text) AS fenced_token) "
+                f"chosen AS ({chosen}), "
+                f"leased AS ({update}, CAST(NULL AS text) AS fenced_token) "
                 "SELECT *, true FROM done UNION ALL SELECT *, false FROM leased"
             )
-            self._statements[key] = sql
         return sql
 
     def complete_and_lease(
@@ -438,7 +465,7 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         limit: int,
     ) -> tuple[list[Job | LeaseLost], list[Job]]:
         """The fenced completions of ``items`` and a lease of up to ``limit`` jobs in **one**
-        statement (one round trip, one commit): see :meth:`_complete_and_lease_template`.
+        statement (one round trip, one commit): see :meth:`_complete_and_lease_sql`.
 
         Each item is still its own compare-and-set on (id, ``running``, token), answered by the
         (id, token) that matched (a stale token next to the current one is LeaseLost); leased
@@ -463,9 +490,8 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
             secret = secrets.token_hex(16)
             params = {**base, "p_secret": secret, "p_ids": [i for i, _ in batch], "p_tokens": [t for _, t in batch]}
             try:
-                rows = self._write_once(  # raw rows, mapped by position: no per-column result processing
-                    "complete and lease jobs", lambda c: c.exec_driver_sql(sql, params).all(), single=True  # noqa: B023
-                )
+                # raw rows on the driver, mapped by position: no per-statement SQLAlchemy overhead
+                rows = self._driver_once("complete and lease jobs", sql, params)
             except _UnknownOutcome:
                 leased = self._read(
                     "check an interrupted lease",
@@ -496,48 +522,34 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         name = self.table.name
         return f'"{self.schema}".{name}' if self.schema else name
 
-    def _lease_template(self, shape: str) -> Any:
-        """The cached lease statement for a queue filter of ``shape`` (all, one, many); parameters
-        from :meth:`_lease_params` plus ``p_secret``."""
-        stmt = self._statements.get(("lease", shape))
-        if stmt is None:
-            t = self.table
-            chosen = (
-                select(t.c.id)
-                .where(*self._due_filter_params(shape))
-                .order_by(*self._lease_order())
-                .limit(bindparam("p_limit", type_=Integer()))
-                .with_for_update(skip_locked=True)
-                .subquery("chosen")
-            )
-            token = func.md5(bindparam("p_secret", type_=Text()) + cast(t.c.id, Text()))
-            stmt = (
-                update(t)
-                .where(t.c.id == chosen.c.id)
-                .values(**self._lease_values_params(token))
-                .returning(*t.c)
-            )
-            self._statements[("lease", shape)] = stmt
-        return stmt
-
-    def _lease_write(
-        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
-    ) -> list[Row[Any]]:
-        stmt = self._lease_template(self._queue_shape(queues))
+    def lease(
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+    ) -> list[Job]:
+        """As the base class, in one statement (:meth:`_lease_sql`) sent straight on a pooled psycopg
+        connection (:mod:`.pg_driver`): the lease is on the path from a job's publish to its
+        handler's start.  A lease whose reply was lost is read back by its secret."""
+        now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        if limit < 1 or (queues is not None and not queues):
+            return []
+        sql = self._lease_sql(self._queue_shape(queues))
+        base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
         for attempt in range(self.retry_attempts):
-            params = {"p_secret": secrets.token_hex(16), **self._lease_params(queues, worker_id, now, lease_timeout, limit)}
-            secret = params["p_secret"]
+            secret = secrets.token_hex(16)
             try:
-                return self._write_once("lease jobs", lambda c: list(c.execute(stmt, params).all()), single=True)  # noqa: B023
+                rows = self._driver_once("lease jobs", sql, {**base, "p_secret": secret})
             except _UnknownOutcome:
                 recovered = self._read(
                     "check an interrupted lease",
                     lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
                 )
                 if recovered:
-                    return recovered
+                    return sorted((row_to_job(r) for r in recovered), key=lease_order_key)
                 if attempt + 1 < self.retry_attempts:
                     self._sleep(attempt)
+                continue
+            return sorted((_job_from_tuple(r) for r in rows), key=lease_order_key)
         # never "no job" because the store kept failing (the contract of lease)
         raise StorageUnavailable(f"{self.safe_url}: could not lease jobs: the connection kept failing")
 
