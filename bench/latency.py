@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/latency.py                                   # every backend x dispatcher
     .venv/bin/python bench/latency.py --backend sqlite --dispatcher redis --jobs 300 --interval 0.02
-    .venv/bin/python bench/latency.py --peers                           # + raw Redis floor and saq (peerbench)
+    .venv/bin/python bench/latency.py --peers                           # + raw Redis floor and every peer (peerbench)
 
 The workload is peerbench's ``w2`` (../shared/peerbench/README.md), measured the same way: one
 worker (``concurrency=1``) is started and warmed up with 3 jobs, left idle for 1 s, then ``--jobs``
@@ -15,8 +15,8 @@ dispatcher gets no in-process wake-up and finds the job at its next poll (``--po
 The memory repository cannot be shared between processes, so ``memory`` runs producer and worker
 in one process: there polling is woken at once by the in-process notify, which flatters it.
 
-``--peers`` also runs, in the same session, peerbench's raw redis-py Streams floor and saq on
-Redis (the best peer in peerbench's table) through the peer virtualenv
+``--peers`` also runs, in the same session, peerbench's w2 for its raw redis-py Streams floor and
+every peer (saq on Redis and on PostgreSQL, rq, pgqueuer, procrastinate, oban) through the peer virtualenvs
 (``~/.cache/peerbench/venv``; ``bash ../shared/peerbench/setup.sh`` creates it).  A figure, not a
 test: nothing is asserted.  Redis keys use a prefix of their own and are deleted afterwards;
 PostgreSQL uses a schema of its own, dropped afterwards.
@@ -212,21 +212,33 @@ def run_peers(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not python.exists() or not folder.exists():
         print(f"peers skipped: need {python} and {folder} (bash setup.sh there)", file=sys.stderr)
         return []
-    runs = [
-        ("floor_redis.py", ["--workload", "w2"]),
-        ("bench_saq.py", ["--workload", "w2", "--saq-backend", "redis"]),
+    oban_python = python.parent.parent.parent / "oban-venv" / "bin" / "python"
+    runs: list[tuple[str, str, list[str], Path]] = [
+        ("floor_redis", "floor_redis.py", [], python),
+        ("saq-redis", "bench_saq.py", ["--saq-backend", "redis"], python),
+        ("rq-simple", "bench_rq.py", ["--worker-class", "SimpleWorker"], python),
+        ("pgqueuer-asyncpg", "bench_pgqueuer.py", ["--driver", "asyncpg"], python),
+        ("procrastinate", "bench_procrastinate.py", [], python),
+        ("saq-postgres", "bench_saq.py", ["--saq-backend", "postgres"], python),
+        ("oban", "bench_oban.py", [], oban_python),
     ]
+    if args.peers_only:
+        runs = [r for r in runs if r[0] in args.peers_only]
     out = []
-    for script, extra in runs:
-        cmd = [str(python), script, *extra, "--lat-jobs", str(args.jobs), "--lat-interval", str(args.interval)]
+    for label, script, extra, interpreter in runs:
+        if not interpreter.exists():
+            print(f"{label} skipped: no {interpreter}", file=sys.stderr)
+            continue
+        cmd = [str(interpreter), script, "--workload", "w2", *extra, "--lat-jobs", str(args.jobs),
+               "--lat-interval", str(args.interval)]
         proc = subprocess.run(cmd, check=False, cwd=folder, capture_output=True, text=True, timeout=600)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if not lines:
-            print(f"{script} printed no result: {proc.stderr[-2000:]}", file=sys.stderr)
+            print(f"{label} printed no result: {proc.stderr[-2000:]}", file=sys.stderr)
             continue
         res = json.loads(lines[-1])
         out.append({
-            "backend": "redis", "dispatcher": f"peer:{script.removesuffix('.py')}", "jobs": res.get("jobs"),
+            "backend": "peer", "dispatcher": label, "jobs": res.get("jobs"),
             "worker": "separate process", "missing": res.get("missing"),
             "p50_ms": res.get("lat_p50_ms"), "p95_ms": res.get("lat_p95_ms"), "p99_ms": res.get("lat_p99_ms"),
             "max_ms": res.get("lat_max_ms"), "enqueue_call_p50_ms": res.get("enqueue_call_p50_ms"),
@@ -247,7 +259,11 @@ def main() -> None:
     # that nobody publishes to, so it found jobs only at the dispatcher's sweep, seconds late.
     p.add_argument("--redis-url", help=f"Redis for the redis dispatcher (driver default: "
                    f"$TETHER_TEST_REDIS_URL or {DEFAULT_REDIS}; worker: none unless given)")
-    p.add_argument("--peers", action="store_true", help="also run peerbench's Redis floor and saq (same session)")
+    p.add_argument("--peers", action="store_true", help="also run peerbench's w2 for the Redis floor and every peer (same session)")
+    p.add_argument("--peers-only", nargs="+", metavar="LABEL",
+                   help="with --peers, just these: floor_redis saq-redis rq-simple pgqueuer-asyncpg procrastinate "
+                        "saq-postgres oban")
+    p.add_argument("--skip-tether", action="store_true", help="with --peers, run only the peers")
     # worker role only
     p.add_argument("--db-url")
     p.add_argument("--schema")
@@ -265,7 +281,7 @@ def main() -> None:
     print(f"{'backend':9} {'dispatcher':20} {'worker':22} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} {'missing':>7}")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tether-lat-") as folder:
-        for backend_name in args.backend:
+        for backend_name in [] if args.skip_tether else args.backend:
             for dispatcher in args.dispatcher:
                 try:
                     row = measure(args, backend_name, dispatcher, folder)

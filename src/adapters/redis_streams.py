@@ -700,8 +700,10 @@ class RedisStreamsDispatcher(Dispatcher):
             self._record_success()
             if entries:
                 jobs = self._take(entries, worker_id, limit, lease_timeout)
-                if len(entries) >= limit and len(jobs) >= limit:
-                    self._backlog[backlog_key] = True  # more entries are probably waiting behind these
+                if limit > 1 and len(entries) >= limit and len(jobs) >= limit:
+                    # more entries are probably waiting behind these (a read of one entry says
+                    # little: a single-thread worker would pay an empty lease after every job)
+                    self._backlog[backlog_key] = True
                 if jobs:
                     return jobs
 

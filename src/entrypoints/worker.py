@@ -484,6 +484,8 @@ class WorkerPool:
                 self._stopping.wait(backoff * (0.5 + random.random() / 2))
                 continue
             self._hand_out(jobs, free)
+            if jobs:
+                time.sleep(0)  # let a woken handler thread take the GIL now, before this loop's next query
 
     def _hand_out(self, jobs: list[Job], reserved: int) -> None:
         """Give ``jobs`` (leased under a reservation of ``reserved``) to the handler threads; the
