@@ -52,8 +52,15 @@ def configs(args: argparse.Namespace) -> dict[str, tuple[str, list[list[str]]]]:
                                           "--single-jobs", str(args.single_jobs)]])
         for c in args.pg_concurrency
     }
+    tether_pg_redis = {
+        f"tether-pg-redis c={c}": ("tether", [[me, os.path.join(HERE, "pg_drain.py"), "--json", "--jobs", str(args.jobs),
+                                                "--workers", str(args.workers), "--concurrency", str(c),
+                                                "--single-jobs", str(args.single_jobs), "--redis-url", args.redis_url]])
+        for c in args.pg_concurrency
+    }
     return {
         **tether_pg,
+        **tether_pg_redis,
         "tether-memory": ("tether", [[me, os.path.join(HERE, "drain.py"), "--json", "--backend", "memory",
                                       "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
                                       "--single-jobs", str(args.single_jobs)]]),
@@ -123,15 +130,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="Tether threads for memory/SQLite (default 32)")
     parser.add_argument("--pg-concurrency", type=int, nargs="+", default=[32],
                         help="Tether threads per PostgreSQL worker process; one row each (default 32)")
-    parser.add_argument("--only", nargs="*", help="labels to run (default: all); 'tether-pg' selects every tether-pg row")
+    parser.add_argument("--only", nargs="*", help="labels to run (default: all); 'tether-pg' selects every tether-pg "
+                        "row (polling), 'tether-pg-redis' every row dispatched by Redis Streams")
+    parser.add_argument("--redis-url", default=os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+                        help="Redis for the tether-pg-redis rows")
     parser.add_argument("--peerbench", default=PEERBENCH)
     parser.add_argument("--peer-python", default=PEER_PYTHON)
     parser.add_argument("--limit", type=float, default=240.0, help="kill one run after this many seconds")
     parser.add_argument("--out", help="append every raw JSON line here")
     args = parser.parse_args(argv)
     table = configs(args)
-    labels = [label for label in table if not args.only or label in args.only
-              or (label.startswith("tether-pg") and "tether-pg" in args.only)]
+    def family(label: str) -> str:
+        return label.split(" c=")[0]
+
+    labels = [label for label in table if not args.only or label in args.only or family(label) in args.only]
     collected: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
     for round_no in range(args.rounds):
         order = labels[round_no % len(labels):] + labels[: round_no % len(labels)]

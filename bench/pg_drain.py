@@ -5,12 +5,14 @@
     .venv/bin/python bench/pg_drain.py --database-url sqlite:////tmp/bench.db --workers 1
     .venv/bin/python bench/pg_drain.py --json                       # one JSON line (for compare_peers.py)
     .venv/bin/python bench/pg_drain.py --bulk-only --rounds 5       # step 1 alone, 5 fresh schemas (median)
+    .venv/bin/python bench/pg_drain.py --redis-url redis://127.0.0.1:6379/0   # dispatch by Redis Streams
 
 Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/README.md):
 
 1. **bulk**: ``enqueue_many`` of ``--jobs`` no-op jobs in chunks of ``--chunk`` (1,000).
 2. **w1 drain**: ``--workers`` worker processes (``tether.connect`` + ``app.worker(concurrency=...)``,
-   polling dispatcher) start; every handler appends one fixed-width line with its start time to a
+   polling dispatcher, or Redis Streams with ``--redis-url``: the bulk enqueue then publishes every
+   job too) start; every handler appends one fixed-width line with its start time to a
    file of its process.  The drain time runs from the first handler start until the database
    reports every job ``completed``; start-up is reported apart.
 3. **single**: ``--single-jobs`` jobs enqueued one ``enqueue`` call each, no worker running.
@@ -47,13 +49,31 @@ MARK = "%10d %17.6f\n"  # job number, handler start (time.time()); 29 bytes a li
 MARK_BYTES = 29
 
 
-def _connect(url: str, schema: str | None) -> Any:
-    return tether.connect(url, schema=schema, poll_interval=0.05) if schema else tether.connect(url, poll_interval=0.05)
+def _connect(url: str, schema: str | None, redis_url: str | None = None, prefix: str | None = None) -> Any:
+    options: dict[str, Any] = {"poll_interval": 0.05}
+    if schema:
+        options["schema"] = schema
+    if redis_url:
+        options.update(redis_url=redis_url, redis_options={"prefix": prefix})
+    return tether.connect(url, **options)
+
+
+def _delete_redis_keys(redis_url: str, prefix: str) -> None:
+    import redis
+    from tether.adapters.redis_keys import StreamKeys
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=StreamKeys(prefix).pattern(), count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
 
 
 def worker_main(args: argparse.Namespace) -> None:
     """One worker process: run a pool until SIGTERM."""
-    app = _connect(args.database_url, args.schema)
+    app = _connect(args.database_url, args.schema, args.redis_url, args.redis_prefix)
     fd = os.open(os.path.join(args.marks, f"m.{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     @app.handler("bench.noop")
@@ -118,9 +138,11 @@ def _lines(folder: str) -> int:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     postgres = not args.database_url.startswith("sqlite")
     schema = f"tether_bench_{uuid.uuid4().hex[:8]}" if postgres else None
-    app = _connect(args.database_url, schema)
+    prefix = f"tether-bench-{uuid.uuid4().hex[:8]}"
+    app = _connect(args.database_url, schema, args.redis_url, prefix)
     result: dict[str, Any] = {
         "peer": "tether", "backend": "postgres" if postgres else "sqlite", "workload": "w1",
+        "dispatcher": "redis" if args.redis_url else "polling",
         "jobs": args.jobs, "workers": args.workers, "concurrency": args.concurrency, "prefetch": args.prefetch,
         "python": platform.python_version(), "load1": os.getloadavg()[0],
     }
@@ -139,6 +161,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "--concurrency", str(args.concurrency), "--marks", marks] + (["--verbose"] if args.verbose else [])
             if args.prefetch is not None:
                 command += ["--prefetch", str(args.prefetch)]
+            if args.redis_url:
+                command += ["--redis-url", args.redis_url, "--redis-prefix", prefix]
             if schema:
                 command += ["--schema", schema]
             procs = [subprocess.Popen(command) for _ in range(args.workers)]
@@ -179,6 +203,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if schema:
         app.repository.drop_schema()
     app.close()
+    if args.redis_url:
+        _delete_redis_keys(args.redis_url, prefix)
     return result
 
 
@@ -218,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of --bulk-only (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     parser.add_argument("--verbose", action="store_true", help="workers print their stats and completion batch sizes")
+    parser.add_argument("--redis-url", help="dispatch through Redis Streams at this URL (producer and workers); default: polling")
+    parser.add_argument("--redis-prefix", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--schema", help=argparse.SUPPRESS)
     parser.add_argument("--marks", help=argparse.SUPPRESS)

@@ -136,6 +136,18 @@ CLAIM_COUNT, CLAIM_ROUNDS = 100, 10
 ACK_COALESCE = 0.01
 #: At most this many future jobs wait on this process's local timer (the sweep covers the rest).
 TIMER_LIMIT = 10_000
+#: Reads up to ARGV[3] new entries of the stream KEYS[1] for group ARGV[1] as consumer ARGV[2] and
+#: acknowledges them at once; returns how many.  Retires the entries owed by jobs leased without
+#: one (see ``RedisStreamsDispatcher._retire_debts``) without sending them to the client.
+RETIRE_SCRIPT = """
+local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if not reply then return 0 end
+local entries = reply[1][2]
+local ids = {}
+for i = 1, #entries do ids[#ids + 1] = entries[i][1] end
+if #ids > 0 then redis.call('XACK', KEYS[1], ARGV[1], unpack(ids)) end
+return #ids
+"""
 #: A process adds a queue to the registry set at most once per this many seconds (the sweep also
 #: adds every queue it publishes), so a steady stream of enqueues costs one XADD each.
 REGISTRY_REFRESH = 1.0
@@ -347,6 +359,7 @@ class RedisStreamsDispatcher(Dispatcher):
         except (ValueError, TypeError) as exc:
             raise ConfigurationError(f"redis_url {self.url}: {exc}") from None
         self._client = redis.Redis(connection_pool=self._pool)
+        self._retire = self._client.register_script(RETIRE_SCRIPT)  # always called with client=<pipeline>
         self._retired_pools: list[redis.ConnectionPool] = []
 
         self._lock = threading.Condition(threading.Lock())
@@ -909,25 +922,20 @@ class RedisStreamsDispatcher(Dispatcher):
         self._ack_wanted.set()
 
     def _retire_debts(self) -> None:
-        """Read (without blocking) and acknowledge one entry per job leased in backlog mode.  Only
-        what is there now: a debt with no entry to retire is dropped, never carried over."""
+        """Read (without blocking) and acknowledge one entry per job leased without spending one
+        (backlog mode, refills), server-side: one :data:`RETIRE_SCRIPT` call per queue in one
+        pipeline, so a draining worker parses no entries.  Only what is there now: a debt with no
+        entry to retire is dropped, never carried over."""
         with self._lock:
             if not self._debts:
                 return
             debts, self._debts = self._debts, {}
         try:
             pipe = self._client.pipeline(transaction=False)
-            queues = sorted(debts)
-            for queue in queues:
-                pipe.xreadgroup(self._group, self._consumer, {self._keys.stream(queue): ">"}, count=len(debts[queue]))
-            replies = pipe.execute(raise_on_error=False)
-            acks: dict[str, list[str]] = {}
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    continue  # NOGROUP and the like: nothing to retire there
-                for stream, entry_id, _ in _entries(reply):
-                    acks.setdefault(stream, []).append(entry_id)
-            self._finish(acks, [])
+            for queue in sorted(debts):
+                self._retire(keys=[self._keys.stream(queue)], args=[self._group, self._consumer, len(debts[queue])],
+                             client=pipe)
+            pipe.execute(raise_on_error=False)  # NOGROUP and the like: nothing to retire there
         except redis.RedisError as exc:
             self._record_failure(exc)
 
