@@ -422,7 +422,10 @@ class RedisStreamsDispatcher(Dispatcher):
         except redis.RedisError as exc:
             if require_connection:
                 raise ConfigurationError(f"redis_url {self.url}: cannot connect ({exc})") from None
-            log.warning("Redis at %s unreachable at start (%s); leasing from the repository until it answers", self.url, exc)
+            log.warning(
+                "Redis at %s unreachable at start (%s); until it answers, workers lease straight from the database "
+                "and the sweep publishes what producers could not", self.url, exc,
+            )
             self._record_failure(exc, quiet=True)
             return
         if self._route is None and str(info.get("cluster_enabled", "0")) == "1":
@@ -446,7 +449,8 @@ class RedisStreamsDispatcher(Dispatcher):
             if require_connection:
                 raise ConfigurationError(f"redis_url {self.url}: cannot reach the Redis Cluster ({exc})") from None
             log.warning(
-                "Redis Cluster at %s unreachable at start (%s); leasing from the repository until it answers", self.url, exc
+                "Redis Cluster at %s unreachable at start (%s); until it answers, workers lease straight from the "
+                "database and the sweep publishes what producers could not", self.url, exc
             )
             self._record_failure(exc, quiet=True)
             self._route.invalidate()
@@ -491,7 +495,8 @@ class RedisStreamsDispatcher(Dispatcher):
         """From the route thread: the topology could not be read (or the owner did not answer)."""
         self._log_error(
             logging.WARNING,
-            "Redis Cluster at %s: cannot find the master of slot %d yet (%s: %s); leasing from the repository meanwhile",
+            "Redis Cluster at %s: cannot find the master of slot %d yet (%s: %s); workers lease straight from the "
+            "database meanwhile",
             self.url,
             self._keys.slot,
             type(exc).__name__,
@@ -510,7 +515,7 @@ class RedisStreamsDispatcher(Dispatcher):
         if not quiet:
             self._log_error(
                 logging.WARNING,
-                "Redis at %s failed (%s: %s); retrying in %.2fs, leasing from the repository meanwhile",
+                "Redis at %s failed (%s: %s); retrying in %.2fs; workers lease straight from the database meanwhile",
                 self.url,
                 type(exc).__name__,
                 exc,
