@@ -662,6 +662,10 @@ def worker(
         ),
     ],
     concurrency: Annotated[Optional[int], _setting_option("concurrency", "Worker threads. [default: 4]", "-c")] = None,
+    prefetch: Annotated[
+        Optional[int],
+        _setting_option("prefetch", "Most jobs leased ahead of the free threads, while jobs are short. [default: concurrency]"),
+    ] = None,
     queues: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -703,6 +707,7 @@ def worker(
     """
     settings = _settings(
         concurrency=concurrency,
+        prefetch=prefetch,
         queues=tuple(queues) if queues else None,
         lease_timeout=lease_timeout,
         heartbeat_interval=heartbeat_interval,
@@ -715,6 +720,7 @@ def worker(
     try:
         pool = tether_app.worker(
             concurrency=settings.concurrency,
+            prefetch=settings.prefetch,
             queues=list(settings.queues) if settings.queues else None,
             lease_timeout=settings.lease_timeout,
             heartbeat_interval=settings.heartbeat_interval,

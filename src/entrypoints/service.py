@@ -24,7 +24,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar, overload
 
 import attrs
-from tether.domain.errors import ValidationError
+from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
@@ -355,7 +355,15 @@ class Tether:
     ) -> WorkerPool:
         """A worker pool running this app's handlers (see :class:`~tether.entrypoints.worker.WorkerPool`
         for every argument).  Call ``.run()`` to block (SIGINT/SIGTERM stop it gracefully) or
-        ``.start()`` / ``.stop()`` to run it in the background.  Raises ValidationError."""
+        ``.start()`` / ``.stop()`` to run it in the background.
+
+        Raises:
+            ValidationError: a bad argument.
+            ConfigurationError: this app was closed (its repository and dispatcher are gone; a
+                pool on them would only retry "the repository was closed" forever).
+        """
+        if self._closed:
+            raise ConfigurationError("this Tether app was closed; build a new one (tether.connect) to run workers")
         pool = WorkerPool(
             repository=self.repository,
             dispatcher=self.dispatcher,

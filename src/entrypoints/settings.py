@@ -16,6 +16,7 @@ redis_prefix          ``--redis-prefix``         TETHER_REDIS_PREFIX     ``tethe
 redis_cluster         ``--redis-cluster``        TETHER_REDIS_CLUSTER    off (a standalone server)
 schema                ``--schema``               TETHER_SCHEMA           none (search path: public)
 concurrency           ``--concurrency``          TETHER_CONCURRENCY      4 threads
+prefetch              ``--prefetch``             TETHER_PREFETCH         concurrency (jobs)
 queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
 poll_interval         ``--poll-interval``        TETHER_POLL_INTERVAL    1.0 s
 lease_timeout         ``--lease-timeout``        TETHER_LEASE_TIMEOUT    900 s
@@ -241,6 +242,8 @@ class Settings:
             to the master owning the prefix's hash slot); needs :attr:`redis_url`.
         schema: database schema (PostgreSQL) holding Tether's tables; None for the adapter's default.
         concurrency: worker threads (1-1024).
+        prefetch: most jobs a worker leases ahead of its free threads (0-1024; None: as many as
+            ``concurrency``), only while handlers are short (see :class:`tether.WorkerPool`).
         queues: the queues a worker leases from; None for all.
         poll_interval: longest idle wait between polls, in seconds (> 0).
         lease_timeout: how long a lease lasts without a heartbeat, in seconds (> 0).
@@ -260,6 +263,7 @@ class Settings:
     redis_cluster: bool = attrs.field(default=False, validator=_redis_cluster)
     schema: str | None = attrs.field(default=None, validator=_schema)
     concurrency: int = attrs.field(default=4, validator=_int_between(1, MAX_CONCURRENCY))
+    prefetch: int | None = attrs.field(default=None, validator=attrs.validators.optional(_int_between(0, MAX_CONCURRENCY)))
     queues: tuple[str, ...] | None = attrs.field(default=None, converter=_to_queues, validator=_queues)
     poll_interval: float = attrs.field(default=1.0, validator=_seconds())
     lease_timeout: float = attrs.field(default=900.0, validator=_seconds())
@@ -330,7 +334,7 @@ def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
             return False
         raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a switch (use 1/0, true/false, yes/no or on/off)")
     try:
-        if kind == "int":
+        if kind in ("int", "int | None"):
             return int(raw.replace("_", ""))
         if kind in ("float", "float | None"):
             return float(raw)

@@ -82,6 +82,7 @@ BAD_INPUT = [
     (["jobs", "show", "seven"], "Invalid value for 'job_id'"),
     (["worker", "--app", "tether_no_such_module_here:app"], "app: cannot import 'tether_no_such_module_here'"),
     (["worker", "--app", "json:dumps", "--concurrency", "0"], "concurrency (--concurrency, TETHER_CONCURRENCY): must be from 1"),
+    (["worker", "--app", "json:dumps", "--prefetch", "-1"], "prefetch (--prefetch, TETHER_PREFETCH): must be from 0"),
     (["worker", "--app", "json:nothing"], "app: 'json' has no attribute 'nothing'"),
     (["worker", "--app", "json:dumps"], "app: calling json:dumps() failed: TypeError"),
     (["worker", "--app", "json:JSONDecoder"], "app: json:JSONDecoder is a type, not a tether.Tether"),
@@ -340,6 +341,33 @@ def test_worker_runs_the_handlers_of_the_app_it_is_pointed_at(monkeypatch: pytes
     counts = cli_json("jobs", "list")["counts"]
     assert counts["completed"] == 3 and counts["queued"] == 1
     assert cli_json("jobs", "show", str(other))["status"] == JobStatus.QUEUED.value
+
+
+def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db: str) -> None:
+    from tether.entrypoints.service import Tether
+
+    (tmp_path / "prefetch_app_for_cli_test.py").write_text(
+        "import os\nimport tether\napp = tether.connect(os.environ['TETHER_DATABASE_URL'])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("TETHER_DATABASE_URL", db)
+    seen: list[dict[str, Any]] = []
+    real = Tether.worker
+
+    def recording(self: Tether, **options: Any) -> Any:
+        seen.append(options)
+        return real(self, **options)
+
+    monkeypatch.setattr(Tether, "worker", recording)
+    try:
+        assert cli("worker", "--app", "prefetch_app_for_cli_test:app", "--prefetch", "7", "-c", "3", "--until-idle").exit_code == 0
+        sys.modules.pop("prefetch_app_for_cli_test", None)  # the worker closed that app: import it afresh
+        monkeypatch.setenv("TETHER_PREFETCH", "0")
+        assert cli("worker", "--app", "prefetch_app_for_cli_test:app", "--until-idle").exit_code == 0
+    finally:
+        sys.modules.pop("prefetch_app_for_cli_test", None)
+    assert [(o["prefetch"], o["concurrency"]) for o in seen] == [(7, 3), (0, 4)]
 
 
 def test_version_and_help() -> None:

@@ -14,7 +14,7 @@ import pytest
 import tether
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
-from tether.domain.errors import InvalidTransition, JobNotFound, PayloadError, ValidationError
+from tether.domain.errors import ConfigurationError, InvalidTransition, JobNotFound, PayloadError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.context import JobContext
@@ -385,6 +385,13 @@ def test_close_closes_dispatcher_and_repository_once(repo, clock, monkeypatch) -
         app.enqueue("t", {})
     app.close()  # idempotent: nothing is closed twice
     assert closes == ["dispatcher", "repository"]
+
+
+def test_a_closed_app_refuses_to_build_a_worker(repo, clock) -> None:
+    app = Tether(repo, RecordingDispatcher(), clock)  # type: ignore[arg-type]
+    app.close()
+    with pytest.raises(ConfigurationError, match="was closed"):
+        app.worker()
 
 
 def test_close_gets_to_the_repository_when_the_dispatcher_fails_to_close(repo, clock, monkeypatch, caplog) -> None:

@@ -13,6 +13,8 @@ def test_defaults() -> None:
     assert settings.redis_url is None and settings.dispatcher_kind == "polling"
     assert settings.lease_timeout == 900.0
     assert settings.concurrency == 4
+    assert settings.prefetch is None  # the pool's default: as many as concurrency
+    assert Settings.load(environ={"TETHER_PREFETCH": "12"}).prefetch == 12
     assert settings.queues is None
     assert settings.heartbeat_interval is None
     assert settings.log_level == "INFO"
