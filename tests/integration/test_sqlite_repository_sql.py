@@ -208,6 +208,24 @@ def test_c13_rejected_enqueue_leaves_the_callers_transaction_usable(repo: Sqlite
     app_engine.dispose()
 
 
+def test_a_write_outside_the_threads_own_open_transaction_is_refused_at_once(repo: SqliteJobRepository,
+                                                                              clock: FakeClock) -> None:
+    """Inside ``transaction()``, a write on a second connection from the same thread would wait on
+    its own lock (SQLite's busy timeout, every retry): it is refused at once, saying to pass the
+    transaction; the transaction rolls back and nothing is stored.  Another thread still waits its
+    turn and then writes."""
+    job = prepare_job("t.job", {"n": 1}, now=clock.now())
+    other: list[Any] = []
+    with pytest.raises(StorageUnavailable, match="pass connection=tx"):
+        with repo.transaction() as tx:
+            repo.enqueue(job, now=clock.now(), connection=tx)
+            waiter = threading.Thread(target=lambda: other.append(repo.enqueue(job, now=clock.now()).job.id))
+            waiter.start()
+            repo.enqueue(job, now=clock.now())  # same thread, no connection=tx
+    waiter.join(30)
+    assert [j.id for j in repo.list_jobs()] == other and len(other) == 1  # only the other thread's job
+
+
 def test_a_connection_on_another_database_is_refused(repo: SqliteJobRepository, tmp_path: Path, clock: FakeClock) -> None:
     other = create_engine(f"sqlite:///{tmp_path / 'other.db'}")
     with other.begin() as conn, pytest.raises(ValidationError) as info:

@@ -41,6 +41,8 @@ from tether.domain.lease import new_lease_token
 DEFAULT_BUSY_TIMEOUT = 5.0
 _file_locks: dict[str, threading.RLock] = {}
 _file_locks_guard = threading.Lock()
+#: id(file lock) -> ident of the thread whose write transaction holds it (set while held).
+_write_owners: dict[int, int] = {}
 
 
 def _file_lock(path: str) -> threading.RLock:
@@ -137,14 +139,28 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         through SQLite's busy handler (which sleeps in steps of up to 100 ms); other processes
         still meet ``busy_timeout``.  Waiting longer than :data:`LOCAL_LOCK_WAIT` seconds raises
         StorageUnavailable (a thread holding ``transaction()`` open too long), never a hang."""
+        key = id(self._file_lock)
+        if self._serial is None and _write_owners.get(key) == threading.get_ident():
+            # This thread's own open write transaction holds the file: SQLite would make the new
+            # one wait out its busy timeout on every retry (about 30 s) and then say "locked".
+            raise StorageUnavailable(
+                f"{self.safe_url}: this thread already has a write transaction open on this SQLite file "
+                "(inside `with app.transaction() as tx:`); pass connection=tx to enqueue in it"
+            )
         if not self._file_lock.acquire(timeout=LOCAL_LOCK_WAIT):
             raise StorageUnavailable(
                 f"{self.safe_url}: database is locked: another thread of this process held the write "
                 f"lock for more than {LOCAL_LOCK_WAIT:.0f} s (a long transaction() block?)"
             )
+        owner = _write_owners.get(key)
+        _write_owners[key] = threading.get_ident()
         try:
             yield
         finally:
+            if owner is None:
+                _write_owners.pop(key, None)
+            else:
+                _write_owners[key] = owner
             self._file_lock.release()
 
     @classmethod
