@@ -157,6 +157,23 @@ class Container(containers.DeclarativeContainer):
 
 
 _APP_OPTIONS = ("max_payload_bytes", "default_queue", "default_max_attempts")
+def _check_redis_options(options: dict[str, Any]) -> None:
+    """Raise ConfigurationError naming any key of ``redis_options`` that is not a keyword of
+    :class:`~tether.adapters.redis_streams.RedisStreamsDispatcher` (a typo would otherwise be a
+    bare TypeError when the dispatcher is built)."""
+    import inspect
+
+    from tether.adapters.redis_streams import RedisStreamsDispatcher
+
+    known = [name for name, p in inspect.signature(RedisStreamsDispatcher).parameters.items()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(str(key) for key in options if key not in known)
+    if unknown:
+        raise ConfigurationError(
+            f"redis_options: unknown option(s) {', '.join(map(repr, unknown))} (known: {', '.join(known)})"
+        )
+
+
 _CONNECT_OPTIONS = ("clock", "retry_policy", "poll_interval", "pool_size", "create", "redis_options") + _APP_OPTIONS
 
 
@@ -180,6 +197,8 @@ def build_container(
     """
     database_kind(database_url)
     check_redis_url(redis_url)
+    if redis_options:
+        _check_redis_options(redis_options)
     container = Container()
     container.config.from_dict(
         {

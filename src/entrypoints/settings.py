@@ -64,9 +64,14 @@ class InvalidSetting(ConfigurationError):
     """
 
     def __init__(self, setting: str, problem: str) -> None:
-        super().__init__(f"{setting} ({flag_name(setting)}, {env_name(setting)}): {problem}")
+        where = env_name(setting) if setting in NO_FLAG else f"{flag_name(setting)}, {env_name(setting)}"
+        super().__init__(f"{setting} ({where}): {problem}")
         self.setting = setting
         self.problem = problem
+
+
+#: Settings with no command-line flag (set them in ``tether.connect(...)`` or the environment).
+NO_FLAG = frozenset({"poll_interval"})
 
 
 def env_name(setting: str) -> str:

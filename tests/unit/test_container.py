@@ -98,8 +98,10 @@ def test_connect_refuses_unknown_options_and_bad_values() -> None:
         connect("memory://", pool_sise=4)
     with pytest.raises(ConfigurationError, match="^retry_policy:"):
         connect("memory://", retry_policy={"base_seconds": 1})
-    with pytest.raises(InvalidSetting, match="^poll_interval "):
+    with pytest.raises(InvalidSetting, match=r"^poll_interval \(TETHER_POLL_INTERVAL\): "):  # it has no CLI flag
         connect("memory://", poll_interval=0)
+    with pytest.raises(ConfigurationError, match=r"^redis_options: unknown option\(s\) 'prefx' \(known: prefix, "):
+        connect("memory://", redis_url="redis://127.0.0.1:1/0", redis_options={"prefx": "x"})
     with pytest.raises(ValidationError, match="^default_queue:"):
         connect("memory://", default_queue="no spaces allowed")
 

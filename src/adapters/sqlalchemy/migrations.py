@@ -166,12 +166,12 @@ def upgrade(conn: Connection, schema: str | None, *, where: str) -> int:
     if found is not None and found > SCHEMA_VERSION:
         raise newer_schema_error(where, found)
     if stored.revision != HEAD_REVISION:
-        if stored.revision is not None and stored.revision not in shipped_revisions():
-            raise newer_schema_error(where, stored.revision)
-        from alembic import command
+        with _quiet_alembic():  # from the first import: alembic logs its plugin set-up at INFO too
+            if stored.revision is not None and stored.revision not in shipped_revisions():
+                raise newer_schema_error(where, stored.revision)
+            from alembic import command
 
-        config = alembic_config(schema, connection=conn)
-        with _quiet_alembic():
+            config = alembic_config(schema, connection=conn)
             if stored.revision is None and stored.has_jobs:  # the bridge from the runner before Alembic
                 command.stamp(config, FIRST_REVISION)
             command.upgrade(config, "head")
