@@ -121,6 +121,9 @@ class PollingDispatcher(Dispatcher):
                 if self._notified == notified:
                     self._idle_delay[worker_id] = min(delay * 2, self.poll_interval)
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(poll_interval={self.poll_interval})"
+
     def leases_from(self, repository: JobRepository) -> bool:
         """True for this dispatcher's own repository: :meth:`acquire` only calls its ``lease``, so
         a worker pool on that repository may lease with ``complete_and_lease`` as well."""

@@ -388,6 +388,11 @@ class RedisStreamsDispatcher(Dispatcher):
         self._check_server(require_connection)
 
     # -- public attributes -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        """Where this dispatcher publishes and reads: URL (password hidden), prefix and group."""
+        kind = ", cluster" if self._route is not None else ""
+        return f"{type(self).__name__}({self.url!r}, prefix={self._keys.prefix!r}, group={self._group!r}{kind})"
+
     @property
     def consumer(self) -> str:
         """This process's consumer name in the group."""

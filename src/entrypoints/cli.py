@@ -729,12 +729,12 @@ def worker(
             worker_id=worker_id,
         )
         logging.getLogger("tether.cli").info(
-            "worker %s: %d thread(s), queues %s; store %r, dispatch %s (both chosen by the app %s)",
+            "worker %s: %d thread(s), queues %s; store %r, dispatch %r (both chosen by the app %s)",
             pool.worker_id,
             settings.concurrency,
             ", ".join(settings.queues or ["(all)"]),
             tether_app.repository,
-            type(tether_app.dispatcher).__name__,
+            tether_app.dispatcher,
             app_spec,
         )
         pool.run(stop_when_idle=until_idle)

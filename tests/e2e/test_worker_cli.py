@@ -111,7 +111,7 @@ def test_worker_process_runs_jobs_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert worker.returncode == 0, out + err
     # The start line names the store and the dispatcher the app chose (the app decides them).
     assert "store SqliteJobRepository('sqlite:///" in err
-    assert "dispatch PollingDispatcher (both chosen by the app notes_app:app)" in err
+    assert "dispatch PollingDispatcher(poll_interval=" in err and "(both chosen by the app notes_app:app)" in err
 
     app = connect(_env(tmp_path)["TETHER_DATABASE_URL"])
     try:

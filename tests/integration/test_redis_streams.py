@@ -403,6 +403,16 @@ def test_bad_arguments_name_the_field(repo, clock, kwargs, field):
     assert err.value.field == field
 
 
+def test_repr_names_the_url_without_password_the_prefix_and_the_group(repo, clock, prefix) -> None:
+    url = REDIS_URL.replace("redis://", "redis://:s3cret-pw@", 1) if "@" not in REDIS_URL else REDIS_URL
+    d = RedisStreamsDispatcher(repo, clock, url, prefix=prefix, group="billing")
+    try:
+        shown = repr(d)
+    finally:
+        d.close()
+    assert f"prefix={prefix!r}" in shown and "group='billing'" in shown and "s3cret-pw" not in shown
+
+
 def test_consumer_names_are_unique_per_start(repo, clock, make):
     a, b = make(), make()
     assert a.consumer != b.consumer
