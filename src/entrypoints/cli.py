@@ -25,6 +25,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
+EXIT_INTERRUPTED = 130
 
 
 #: Line width when stdout is a pipe or file and COLUMNS is unset: wide enough that no column of
@@ -777,7 +779,7 @@ def demo(
     """Hash every file under a real directory tree as jobs, with retries and dead letters, and report.
 
     Exit code 0 when every job ended as designed (completed, or dead exactly where the demo makes
-    a permanent failure); 1 otherwise.
+    a permanent failure); 130 when interrupted (SIGINT/SIGTERM) before that; 1 otherwise.
     """
     from tether.entrypoints.demo import DemoOptions, run_demo
 
@@ -794,7 +796,15 @@ def demo(
     )
     ok = run_demo(options, console=_stdout())
     if not ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_INTERRUPTED if _demo_was_interrupted(options.summary_path) else 1)
+
+
+def _demo_was_interrupted(summary_path: Path) -> bool:
+    """True when the demo's summary says it was stopped by SIGINT/SIGTERM before every job ended."""
+    try:
+        return bool(json.loads(summary_path.read_text(encoding="utf-8")).get("interrupted"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -370,6 +370,23 @@ def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.
     assert [(o["prefetch"], o["concurrency"]) for o in seen] == [(7, 3), (0, 4)]
 
 
+@pytest.mark.parametrize("interrupted, code", [(True, 130), (False, 1)])
+def test_a_demo_that_did_not_end_as_designed_exits_130_when_interrupted_else_1(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, interrupted: bool, code: int
+) -> None:
+    """The exit code follows the summary the demo wrote (the run itself is tested end to end in e2e)."""
+    from tether.entrypoints import demo as demo_module
+
+    def fake_run(options: Any, console: Any = None) -> bool:
+        options.out.mkdir(parents=True, exist_ok=True)
+        options.summary_path.write_text(json.dumps({"interrupted": interrupted, "as_designed": False}))
+        return False
+
+    monkeypatch.setattr(demo_module, "run_demo", fake_run)
+    result = cli("demo", "--path", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == code, result.output
+
+
 def test_version_and_help() -> None:
     import tether
 
