@@ -38,6 +38,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchutil import delete_redis_keys
+
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 JOB_TYPE = "bench.latency"
@@ -115,19 +117,6 @@ def backend(name: str, folder: str) -> tuple[str, str | None]:
     if name == "postgres":
         return os.environ.get("TETHER_TEST_DATABASE_URL", DEFAULT_POSTGRES), f"tether_lat_{uuid.uuid4().hex[:8]}"
     raise SystemExit(f"unknown backend {name!r}")  # pragma: no cover - argparse restricts the choices
-
-
-def delete_redis_keys(redis_url: str, prefix: str) -> None:
-    import redis
-    from tether.adapters.redis_keys import StreamKeys
-
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(client.scan_iter(match=StreamKeys(prefix).pattern(), count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 USED_PREFIXES: list[str] = []

@@ -41,6 +41,7 @@ import uuid
 from typing import Any
 
 import tether
+from benchutil import delete_redis_keys
 from tether.domain.job import JobStatus
 from tether.entrypoints.service import EnqueueRequest
 
@@ -56,19 +57,6 @@ def _connect(url: str, schema: str | None, redis_url: str | None = None, prefix:
     if redis_url:
         options.update(redis_url=redis_url, redis_options={"prefix": prefix})
     return tether.connect(url, **options)
-
-
-def _delete_redis_keys(redis_url: str, prefix: str) -> None:
-    import redis
-    from tether.adapters.redis_keys import StreamKeys
-
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(client.scan_iter(match=StreamKeys(prefix).pattern(), count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 def worker_main(args: argparse.Namespace) -> None:
@@ -204,7 +192,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         app.repository.drop_schema()
     app.close()
     if args.redis_url:
-        _delete_redis_keys(args.redis_url, prefix)
+        delete_redis_keys(args.redis_url, prefix)
     return result
 
 

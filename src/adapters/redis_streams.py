@@ -427,11 +427,7 @@ class RedisStreamsDispatcher(Dispatcher):
         except redis.RedisError as exc:
             if require_connection:
                 raise ConfigurationError(f"redis_url {self.url}: cannot connect ({exc})") from None
-            log.warning(
-                "Redis at %s unreachable at start (%s); until it answers, workers lease straight from the database "
-                "and the sweep publishes what producers could not", self.url, exc,
-            )
-            self._record_failure(exc, quiet=True)
+            self._start_degraded("Redis", exc)
             return
         if self._route is None and str(info.get("cluster_enabled", "0")) == "1":
             raise ConfigurationError(
@@ -439,6 +435,15 @@ class RedisStreamsDispatcher(Dispatcher):
                 "(cluster=True in redis_options, TETHER_REDIS_CLUSTER=1 or --redis-cluster)"
             )
         check_server_version(str(info.get("redis_version", "0")), self.url)
+
+    def _start_degraded(self, what: str, exc: redis.RedisError) -> None:
+        """Unreachable at start without ``require_connection``: log it once and back off as after
+        any Redis error (workers lease from the repository meanwhile)."""
+        log.warning(
+            "%s at %s unreachable at start (%s); until it answers, workers lease straight from the database "
+            "and the sweep publishes what producers could not", what, self.url, exc,
+        )
+        self._record_failure(exc, quiet=True)
 
     def _locate_at_start(self, require_connection: bool) -> bool:
         """Find the slot's owner on the cluster; False (and degraded, retrying in the background)
@@ -453,11 +458,7 @@ class RedisStreamsDispatcher(Dispatcher):
         except redis.RedisError as exc:
             if require_connection:
                 raise ConfigurationError(f"redis_url {self.url}: cannot reach the Redis Cluster ({exc})") from None
-            log.warning(
-                "Redis Cluster at %s unreachable at start (%s); until it answers, workers lease straight from the "
-                "database and the sweep publishes what producers could not", self.url, exc
-            )
-            self._record_failure(exc, quiet=True)
+            self._start_degraded("Redis Cluster", exc)
             self._route.invalidate()
             return False
         self._swap_pool(pool)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
 
 from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
+from tests.dispatch_workers import DispatcherWorkers
 from tests.redis_cluster import ThrowawayRedisCluster, binaries_missing, free_port, prefix_on, slot_of
 
 pytestmark = pytest.mark.redis
@@ -40,49 +40,6 @@ def _enqueue(repo: InMemoryJobRepository, dispatcher: RedisStreamsDispatcher, qu
     job = repo.enqueue(prepare_job("cluster.job", {}, now=now, queue=queue), now=now).job
     dispatcher.notify([job])
     return job
-
-
-class Workers:
-    """``count`` worker threads, each with its own dispatcher (a consumer of its own, as separate
-    processes would have), completing every job they lease and counting each run."""
-
-    def __init__(self, repo: InMemoryJobRepository, make, count: int) -> None:  # type: ignore[no-untyped-def]
-        self.repo = repo
-        self.runs: Counter[int] = Counter()
-        self.errors: list[BaseException] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.dispatchers: list[RedisStreamsDispatcher] = [make() for _ in range(count)]
-        self.threads = [
-            threading.Thread(target=self._run, args=(d, f"w{i}"), daemon=True) for i, d in enumerate(self.dispatchers)
-        ]
-        for thread in self.threads:
-            thread.start()
-
-    def _run(self, dispatcher: RedisStreamsDispatcher, worker_id: str) -> None:
-        clock = SystemClock()
-        while not self.stop.is_set():
-            try:
-                for job in dispatcher.acquire(queues=None, worker_id=worker_id, limit=4, lease_timeout=60.0, max_wait=0.2):
-                    with self.lock:
-                        self.runs[job.id] += 1
-                    self.repo.complete(job.id, job.lease_token, now=clock.now())
-            except Exception as exc:  # noqa: BLE001 - the test asserts there were none
-                self.errors.append(exc)
-
-    def wait_for(self, count: int, timeout: float) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and len(self.runs) < count:
-            time.sleep(0.05)
-
-    def shutdown(self) -> None:
-        self.stop.set()
-        for dispatcher in self.dispatchers:
-            dispatcher.wake()
-        for thread in self.threads:
-            thread.join(30)
-        for dispatcher in self.dispatchers:
-            dispatcher.close()
 
 
 def _calls(client: redis.Redis, command: str) -> int:
@@ -190,7 +147,7 @@ def _drain_through(cluster: ThrowawayRedisCluster, seed: int, prefix: str, distu
         )
 
     producer = make()
-    workers = Workers(repo, make, count=2)
+    workers = DispatcherWorkers(repo, make, count=2)
     enqueued: list[Job] = []
     try:
         for i in range(jobs):

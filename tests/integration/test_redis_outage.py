@@ -32,6 +32,7 @@ from tether.domain.job import JobStatus
 from tether.domain.validation import prepare_job
 
 from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
+from tests.dispatch_workers import DispatcherWorkers
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
@@ -141,50 +142,6 @@ def cleanup(client: redis.Redis, prefix: str) -> None:
         client.delete(*keys)
 
 
-class Workers:
-    """Worker threads, each with its own dispatcher (its own consumer, as separate processes would
-    have), running every job they get by completing it and counting the run."""
-
-    def __init__(self, repo, clock, make_dispatcher, count: int, lease_timeout: float = 30.0) -> None:
-        self.repo, self.clock = repo, clock
-        self.runs: Counter[int] = Counter()
-        self.started: dict[int, float] = {}
-        self.errors: list[BaseException] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.lease_timeout = lease_timeout
-        self.dispatchers = [make_dispatcher() for _ in range(count)]
-        self.threads = [threading.Thread(target=self._run, args=(d, f"w{i}"), daemon=True) for i, d in enumerate(self.dispatchers)]
-        for t in self.threads:
-            t.start()
-
-    def _run(self, dispatcher, worker_id: str) -> None:
-        while not self.stop.is_set():
-            try:
-                jobs = dispatcher.acquire(queues=["default"], worker_id=worker_id, limit=2, lease_timeout=self.lease_timeout, max_wait=0.2)
-                for job in jobs:
-                    with self.lock:
-                        self.runs[job.id] += 1
-                        self.started.setdefault(job.id, time.time())
-                    self.repo.complete(job.id, job.lease_token, now=self.clock.now())
-            except Exception as exc:  # noqa: BLE001 - the test asserts there were none
-                self.errors.append(exc)
-
-    def wait_for(self, count: int, timeout: float) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and len(self.runs) < count:
-            time.sleep(0.05)
-
-    def shutdown(self) -> None:
-        self.stop.set()
-        for d in self.dispatchers:
-            d.wake()
-        for t in self.threads:
-            t.join(30)
-        for d in self.dispatchers:
-            d.close()
-
-
 @pytest.mark.slow
 def test_c08_redis_loses_everything_and_is_unreachable_for_a_while(prefix, caplog):
     direct = connect(url_for(DESTRUCTIVE_DB))
@@ -198,7 +155,7 @@ def test_c08_redis_loses_everything_and_is_unreachable_for_a_while(prefix, caplo
         )
 
     producer = make()
-    workers = Workers(repo, clock, make, count=2)
+    workers = DispatcherWorkers(repo, make, count=2, queues=["default"], limit=2, lease_timeout=30.0, clock=clock)
     enqueue_errors: list[BaseException] = []
 
     def enqueue(**kwargs):

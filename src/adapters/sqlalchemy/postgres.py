@@ -52,7 +52,8 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -224,29 +225,20 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
 
     def _driver_once(self, doing: str, sql: str, params: Any) -> list[tuple[Any, ...]]:
         """Run the one statement ``sql`` (psycopg ``%s``/``%(name)s`` parameters, prepared) in
-        autocommit on a pooled psycopg connection (:mod:`.pg_driver`); its rows.
+        autocommit on a pooled psycopg connection (:mod:`.pg_driver`); its rows.  The rules of
+        :meth:`_write_once` (raises :class:`_UnknownOutcome` once the statement may have been
+        sent; StorageUnavailable past the retries or for a non-transient error)."""
+        return self._write_once(
+            doing, lambda driver: driver.execute(sql, params, prepare=True).fetchall(), connect=self._driver_connection
+        )
 
-        The rules of :meth:`_write_once`: a failure to get a connection is retried with backoff; a
-        failure once the statement may have been sent raises :class:`_UnknownOutcome` for the
-        caller to resolve.  Raises StorageUnavailable past the retries, or for a non-transient error.
-        """
-        for attempt in range(self.retry_attempts):
-            if self._closed:
-                raise StorageUnavailable(f"{self.safe_url}: the repository was closed")
-            sent = False
-            try:
-                with autocommit_connection(self.engine) as driver:
-                    sent = True
-                    return driver.execute(sql, params, prepare=True).fetchall()
-            except sa_exc.DBAPIError as error:
-                if not self._is_transient(error):
-                    raise self._translate(error, doing) from error
-                if sent:
-                    raise _UnknownOutcome(error) from error
-                if attempt + 1 >= self.retry_attempts:
-                    raise self._unavailable(error, doing) from error
-                self._sleep(attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+    @contextmanager
+    def _driver_connection(self) -> Iterator[Any]:
+        """:func:`.pg_driver.autocommit_connection` on this repository's engine (StorageUnavailable once closed)."""
+        if self._closed:
+            raise StorageUnavailable(f"{self.safe_url}: the repository was closed")
+        with autocommit_connection(self.engine) as driver:
+            yield driver
 
     # -- planner statistics ----------------------------------------------------------------------
     def enqueue_many(self, new_jobs: Sequence[NewJob], *, now: datetime, connection: Any = None) -> list[EnqueueResult]:

@@ -317,19 +317,28 @@ class SqlAlchemyJobRepository(JobRepository):
 
         return self._retrying(doing, once)
 
-    def _write_once(self, doing: str, work: Callable[[Connection], T], *, single: bool = False) -> T:
+    def _write_once(
+        self,
+        doing: str,
+        work: Callable[[Any], T],
+        *,
+        single: bool = False,
+        connect: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> T:
         """One write transaction that must not be repeated blindly.
 
         An error before the COMMIT was sent means the transaction rolled back: it is retried with
         backoff.  An error while committing (or during a ``single`` statement run as its own
         transaction) leaves the outcome unknown and raises :class:`_UnknownOutcome` for the
-        caller to resolve by reading the row.
+        caller to resolve by reading the row.  ``connect``, when given, opens the connection
+        ``work`` runs on instead of :meth:`_begin`, as one statement in autocommit (e.g. a pooled
+        driver connection); failing to open it is retried like a failure before COMMIT.
         """
         for attempt in range(self.retry_attempts):
             unknown = False
             try:
-                with self._begin(write=True, single=single) as conn:
-                    unknown = single and self.single_statement_autocommit
+                with self._begin(write=True, single=single) if connect is None else connect() as conn:
+                    unknown = connect is not None or (single and self.single_statement_autocommit)
                     result = work(conn)
                     unknown = True  # leaving the block sends COMMIT
                 return result
