@@ -42,11 +42,11 @@ class Dispatcher(Protocol):
         ...
 
     def leases_from(self, repository: JobRepository) -> bool:
-        """True when :meth:`acquire` does nothing but lease from ``repository`` with
-        :meth:`~tether.ports.repository.JobRepository.lease` (no broker to acknowledge or tell):
-        a worker pool may then also lease with
+        """True when a worker pool may lease from ``repository`` itself too, with
         :meth:`~tether.ports.repository.JobRepository.complete_and_lease`, refilling its threads
-        in the statement that writes its completions.  Default: False (always ask :meth:`acquire`).
+        in the statement that writes its completions; it then tells :meth:`leased_directly`
+        which jobs it leased so.  True for polling (which only leases from the repository) and for
+        Redis Streams on its own repository.  Default: False (always ask :meth:`acquire`).
         """
         return False
 

@@ -155,11 +155,15 @@ class JobRepository(Protocol):
         item whose token no longer holds the job); the lease is exactly :meth:`lease` with the same
         ``now`` (lease order, a fresh fencing token per job, expiry ``now + lease_timeout``
         seconds; ``limit`` 0 leases nothing).  A job completed by this call is never leased by it.
+        ``now`` is timezone-aware UTC (``finished_at`` of the completions, ``leased_at`` of the
+        leases); ``lease_timeout`` is in seconds (> 0).
 
         Returns:
             ``(completion results, leased jobs)``.
 
         Raises:
+            ValidationError: a naive ``now``, a bad queue name, worker id or ``lease_timeout``;
+                nothing written.
             StorageUnavailable: the store stayed unreachable.  Completions are then as for
                 :meth:`complete_many` (never reported done unless they landed); no lease was taken
                 that the caller is not told about, except one whose reply was lost and could not
