@@ -15,8 +15,10 @@ dispatcher gets no in-process wake-up and finds the job at its next poll (``--po
 The memory repository cannot be shared between processes, so ``memory`` runs producer and worker
 in one process: there polling is woken at once by the in-process notify, which flatters it.
 
-``--peers`` also runs, in the same session, peerbench's w2 for its raw redis-py Streams floor and
-every peer (saq on Redis and on PostgreSQL, rq, pgqueuer, procrastinate, oban) through the peer virtualenvs
+``--peers`` also runs, in the same session, the floor of Tether's own design
+(``bench/durable_floor.py``: raw drivers, durable INSERT + XADD + XREADGROUP + SKIP LOCKED lease,
+with the lease committed durably and asynchronously), peerbench's w2 for its raw redis-py Streams
+floor and every peer (saq on Redis and on PostgreSQL, rq, pgqueuer, procrastinate, oban) through the peer virtualenvs
 (``~/.cache/peerbench/venv``; ``bash ../shared/peerbench/setup.sh`` creates it).  A figure, not a
 test: nothing is asserted.  Redis keys use a prefix of their own and are deleted afterwards;
 PostgreSQL uses a schema of its own, dropped afterwards.
@@ -194,6 +196,27 @@ def measure(args: argparse.Namespace, backend_name: str, dispatcher: str, folder
     return result
 
 
+FLOORS = {"floor_pg_redis": "on", "floor_pg_redis_async": "off"}
+
+
+def run_floors(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The floor of Tether's own design (``bench/durable_floor.py``): raw psycopg + redis-py doing
+    a durable INSERT, XADD, XREADGROUP and a SKIP LOCKED lease committed durably (as Tether does)
+    and under ``synchronous_commit = off``."""
+    import durable_floor
+
+    dsn = durable_floor.dsn_of(os.environ.get("TETHER_TEST_DATABASE_URL", DEFAULT_POSTGRES))
+    rows = []
+    for label, lease_commit in FLOORS.items():
+        if args.peers_only and label not in args.peers_only:
+            continue
+        row = durable_floor.measure(dsn, args.redis_url, args.jobs, args.interval, lease_commit)
+        row["dispatcher"] = label
+        row["backend"] = "floor"
+        rows.append(row)
+    return rows
+
+
 def run_peers(args: argparse.Namespace) -> list[dict[str, Any]]:
     """peerbench's raw Redis floor and saq on Redis, w2 with the same job count and interval."""
     folder = Path(os.environ.get("PEERBENCH_DIR", Path(__file__).resolve().parents[2] / "shared" / "peerbench"))
@@ -250,7 +273,7 @@ def main() -> None:
                    f"$TETHER_TEST_REDIS_URL or {DEFAULT_REDIS}; worker: none unless given)")
     p.add_argument("--peers", action="store_true", help="also run peerbench's w2 for the Redis floor and every peer (same session)")
     p.add_argument("--peers-only", nargs="+", metavar="LABEL",
-                   help="with --peers, just these: floor_redis saq-redis rq-simple pgqueuer-asyncpg procrastinate "
+                   help="with --peers, just these: floor_pg_redis floor_pg_redis_async floor_redis saq-redis rq-simple pgqueuer-asyncpg procrastinate "
                         "saq-postgres oban")
     p.add_argument("--skip-tether", action="store_true", help="with --peers, run only the peers")
     # worker role only
@@ -283,6 +306,9 @@ def main() -> None:
     for prefix in USED_PREFIXES:
         delete_redis_keys(args.redis_url, prefix)
     if args.peers:
+        for row in run_floors(args):
+            rows.append(row)
+            print_row(row)
         for row in run_peers(args):
             rows.append(row)
             print_row(row)
