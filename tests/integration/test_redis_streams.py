@@ -279,6 +279,18 @@ def test_a_batch_of_entries_leases_in_lease_order(redis_client, repo, clock, mak
     assert second.id == low.id
 
 
+def test_a_batch_publish_adds_one_entry_per_job_in_order_to_each_queues_stream(redis_client, repo, clock, make):
+    d = make()
+    sizes = {"few": 3, "many": 40, "chunked": 2100}  # below the script's minimum, above it, several calls
+    jobs = [enqueue(repo, clock, queue=q) for q, n in sizes.items() for _ in range(n)]
+    redis_client.script_flush()  # the server forgot the script (a restart): published all the same
+    d.notify(jobs)
+    for queue, n in sizes.items():
+        entries = redis_client.xrange(d.keys.stream(queue))
+        assert [fields for _, fields in entries] == [{"id": str(j.id)} for j in jobs if j.queue == queue]
+    assert redis_client.smembers(d.keys.registry) >= set(sizes)
+
+
 # -- bounded streams ---------------------------------------------------------------------------
 def test_streams_stay_bounded_and_trimming_loses_no_job(redis_client, repo, clock, make):
     d = make(maxlen=100)
