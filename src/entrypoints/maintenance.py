@@ -22,7 +22,7 @@ from tether.domain.errors import ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds
-from tether.entrypoints.ratelog import RateLimitedLog
+from tether.adapters.log_limits import RateLimitedLog
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository

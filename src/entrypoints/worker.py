@@ -76,7 +76,7 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.execution import Outcome, execute_job
 from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
-from tether.entrypoints.ratelog import RateLimitedLog
+from tether.adapters.log_limits import RateLimitedLog
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository

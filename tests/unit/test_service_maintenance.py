@@ -117,28 +117,3 @@ def test_job_context_needs_a_leased_job() -> None:
     job = repo.enqueue(prepare_job("t", {}, now=clock.now()), now=clock.now()).job
     with pytest.raises(ValueError):
         JobContext(job, repository=repo, clock=clock, lease_timeout=60, worker_id="w")
-
-
-def test_rate_limited_log_lets_one_line_a_period_per_key_through_and_counts_the_rest(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    import logging
-
-    from tether.entrypoints import ratelog
-
-    now = [100.0]
-    monkeypatch.setattr(ratelog.time, "monotonic", lambda: now[0])
-    log = ratelog.RateLimitedLog(logging.getLogger("tether.test.ratelog"), period=1.0)
-    with caplog.at_level(logging.WARNING, logger="tether.test.ratelog"):
-        log("a", logging.WARNING, "a failed %d", 1)  # first line of "a": out
-        log("b", logging.WARNING, "b failed")  # another key is not held back by "a"
-        now[0] = 100.5
-        log("a", logging.WARNING, "a failed %d", 2)  # held
-        log("a", logging.WARNING, "a failed %d", 3)  # held
-        now[0] = 101.0
-        log("a", logging.WARNING, "a failed %d", 4)  # a period later: out, with the count
-    assert [r.getMessage() for r in caplog.records] == [
-        "a failed 1",
-        "b failed",
-        "a failed 4 (2 similar messages suppressed)",
-    ]
