@@ -111,6 +111,7 @@ import attrs
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from tether.adapters.log_limits import RateLimitedLog
 from tether.adapters.redis_keys import StreamKeys, redact_url, validate_consumer, validate_name
 from tether.adapters.redis_route import SlotRoute, check_cluster_url, needs_new_route
 from tether.domain.errors import ConfigurationError, JobNotFound, StorageUnavailable, ValidationError
@@ -194,32 +195,6 @@ def check_server_version(version: str, shown_url: str) -> None:
             f"redis_url {shown_url}: the server runs Redis {version}; the Redis Streams dispatcher needs "
             f"Redis >= {need} (streams with XAUTOCLAIM)"
         )
-
-
-class RateLimitedLog:
-    """Logs at most one line per ``interval`` seconds; counts and reports the lines it held back."""
-
-    def __init__(self, logger: logging.Logger, interval: float = 1.0) -> None:
-        self._logger = logger
-        self._interval = interval
-        self._next = 0.0
-        self._suppressed = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, level: int, message: str, *args: Any) -> bool:
-        """Log ``message % args`` unless a line went out less than ``interval`` ago; True if logged."""
-        with self._lock:
-            now = time.monotonic()
-            if now < self._next:
-                self._suppressed += 1
-                return False
-            self._next = now + self._interval
-            suppressed, self._suppressed = self._suppressed, 0
-        if suppressed:
-            message += " (%d similar messages suppressed)"
-            args = (*args, suppressed)
-        self._logger.log(level, message, *args)
-        return True
 
 
 @attrs.define
@@ -397,8 +372,7 @@ class RedisStreamsDispatcher(Dispatcher):
         self._backoff = 0.0
         self._down_until = 0.0
         self._next_sweep = 0.0
-        self._log_error = RateLimitedLog(log)
-        self._log_unseen = RateLimitedLog(log)
+        self._log_limited = RateLimitedLog(log)  # keys: "error" (Redis or the repository failing), "unseen"
         self._check_server(require_connection)
 
     # -- public attributes -----------------------------------------------------------------------
@@ -513,7 +487,8 @@ class RedisStreamsDispatcher(Dispatcher):
 
     def _route_failed(self, exc: BaseException) -> None:
         """From the route thread: the topology could not be read (or the owner did not answer)."""
-        self._log_error(
+        self._log_limited(
+            "error",
             logging.WARNING,
             "Redis Cluster at %s: cannot find the master of slot %d yet (%s: %s); workers lease straight from the "
             "database meanwhile",
@@ -533,7 +508,8 @@ class RedisStreamsDispatcher(Dispatcher):
             backoff = self._backoff
             self._ensured.clear()
         if not quiet:
-            self._log_error(
+            self._log_limited(
+                "error",
                 logging.WARNING,
                 "Redis at %s failed (%s: %s); retrying in %.2fs; workers lease straight from the database meanwhile",
                 self.url,
@@ -565,8 +541,12 @@ class RedisStreamsDispatcher(Dispatcher):
             if not due or self._closed:
                 return
             if self._is_down():
-                self._log_error(
-                    logging.WARNING, "Redis at %s is down: %d job(s) not published now; the sweep will publish them", self.url, len(due)
+                self._log_limited(
+                    "error",
+                    logging.WARNING,
+                    "Redis at %s is down: %d job(s) not published now; the sweep will publish them",
+                    self.url,
+                    len(due),
                 )
                 return
             self._publish((job.id, job.queue) for job in due)
@@ -1030,7 +1010,8 @@ class RedisStreamsDispatcher(Dispatcher):
                 keep.append(h)
                 continue
             elif outcome == "unseen":
-                self._log_unseen(
+                self._log_limited(
+                    "unseen",
                     logging.INFO,
                     "job %d was published but never became visible in %.0fs (rolled back or purged?); acknowledged",
                     h.job_id,
@@ -1058,7 +1039,7 @@ class RedisStreamsDispatcher(Dispatcher):
         try:
             self.maintain(self._clock.now())
         except StorageUnavailable as exc:
-            self._log_error(logging.WARNING, "sweep skipped: the repository is unavailable (%s)", exc)
+            self._log_limited("error", logging.WARNING, "sweep skipped: the repository is unavailable (%s)", exc)
 
     def maintain(self, now: datetime) -> None:
         """Periodic upkeep; cheap to call often (the worker pool calls it about once a second).
