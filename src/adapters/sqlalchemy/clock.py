@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.pool import NullPool
+from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import ConfigurationError
 from tether.domain.timeutil import UTC
 from tether.ports.clock import Clock
@@ -111,7 +112,7 @@ class DatabaseClock(Clock):
         self._synced = False
         self._round_trip: float | None = None
         self._failures = 0
-        self._last_warning = float("-inf")
+        self._warnings = RateLimitedLog(log, LOG_EVERY, clock=local)
         self.refresh()
 
     @classmethod
@@ -219,10 +220,7 @@ class DatabaseClock(Clock):
             self._failures += 1
             self._next_refresh = self._local() + self.retry_interval
             failures, synced = self._failures, self._synced
-            due = self._local() - self._last_warning >= LOG_EVERY
-            if due:
-                self._last_warning = self._local()
-        if due:
+        if self._warnings.admit() is not None:
             first = str(getattr(error, "orig", None) or error).strip().splitlines()
             reason = first[0] if first else type(error).__name__
             log.warning(

@@ -23,9 +23,7 @@ the retry policy for transient storage errors.
 from __future__ import annotations
 
 import logging
-import math
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -53,6 +51,7 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.orm import Session
+from tether.adapters.log_limits import RateLimitedLog
 from tether.adapters.sqlalchemy import migrations
 from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
 from tether.adapters.sqlalchemy.mapping import inserted_job, job_state_values, new_job_values, row_to_job
@@ -79,18 +78,12 @@ log = logging.getLogger("tether.adapters.sqlalchemy")
 #: Transient-error warnings are logged at most once per this many seconds (the rest at DEBUG),
 #: so an outage costs a bounded number of log lines however many threads retry.
 TRANSIENT_LOG_PERIOD = 1.0
-_transient_log_lock = threading.Lock()
-_transient_logged_at = -math.inf
+_transient_limit = RateLimitedLog(log, TRANSIENT_LOG_PERIOD)
 
 
 def _log_transient(message: str, *args: object) -> None:
     """Log a retried transient error: WARNING at most once per :data:`TRANSIENT_LOG_PERIOD`, else DEBUG."""
-    global _transient_logged_at
-    now = time.monotonic()
-    with _transient_log_lock:
-        loud = now - _transient_logged_at >= TRANSIENT_LOG_PERIOD
-        if loud:
-            _transient_logged_at = now
+    loud = _transient_limit.admit() is not None
     log.log(logging.WARNING if loud else logging.DEBUG, message, *args)
 
 T = TypeVar("T")
