@@ -51,17 +51,23 @@ def run_id() -> str:
     return RUN_ID
 
 
-@pytest.fixture
-def redis_client() -> Iterator[redis.Redis]:
-    """A client of the Redis test server (``REDIS_URL``, replies decoded to ``str``), closed afterwards.
+def redis_connection(url: str = REDIS_URL) -> redis.Redis:
+    """A client of the Redis server at ``url`` (replies decoded to ``str``); the caller closes it.
 
     Skips (or fails, under ``TETHER_REQUIRE_SERVICES=1``) when the server does not answer PING.
     """
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    client = redis.Redis.from_url(url, decode_responses=True)
     try:
         client.ping()
     except redis.RedisError as exc:
         service_unavailable("Redis", str(exc))
+    return client
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    """A :func:`redis_connection` to the Redis test server (``REDIS_URL``), closed afterwards."""
+    client = redis_connection()
     yield client
     client.close()
 

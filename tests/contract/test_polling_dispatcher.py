@@ -6,6 +6,8 @@ import pytest
 from tether.adapters.polling import PollingDispatcher
 from tether.testing.contract.dispatcher import DispatcherContract
 
+from tests.contract.repository_mixins import OnSqlite
+
 
 class TestPollingDispatcher(DispatcherContract):
     @pytest.fixture
@@ -15,13 +17,5 @@ class TestPollingDispatcher(DispatcherContract):
         d.close()
 
 
-class TestPollingDispatcherOnSqlite(TestPollingDispatcher):
+class TestPollingDispatcherOnSqlite(OnSqlite, TestPollingDispatcher):
     """The same contract with a SQLite file repository under the dispatcher."""
-
-    @pytest.fixture
-    def repository(self, tmp_path):
-        from tether.adapters.sqlalchemy import open_repository
-
-        repo = open_repository(f"sqlite:///{tmp_path / 'contract.db'}")
-        yield repo
-        repo.close()

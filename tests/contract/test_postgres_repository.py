@@ -9,33 +9,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
-from tether.domain.errors import TetherError
+from tether.adapters.sqlalchemy import PostgresJobRepository
 from tether.testing.contract import RepositoryContract
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.postgres_fixtures import empty_tables, schema_name, temporary_repository
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture(scope="module")
 def postgres_repository() -> Iterator[PostgresJobRepository]:
-    try:
-        repo = open_repository(DATABASE_URL, schema=f"tether_test_{RUN_ID}_contract", pool_size=30)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    assert isinstance(repo, PostgresJobRepository)
-    yield repo
-    repo.drop_schema()
-    repo.close()
+    with temporary_repository(schema_name("contract"), pool_size=30) as repo:
+        yield repo
 
 
 class TestPostgresRepository(RepositoryContract):
     @pytest.fixture
     def repository(self, postgres_repository: PostgresJobRepository) -> Iterator[PostgresJobRepository]:
-        table = f'"{postgres_repository.schema}".{postgres_repository.table.name}'
-        with postgres_repository.engine.begin() as conn:
-            conn.exec_driver_sql(f"TRUNCATE {table} RESTART IDENTITY")
+        empty_tables(postgres_repository)
         postgres_repository._closed = False
         yield postgres_repository

@@ -15,8 +15,10 @@ import redis
 from tether.adapters.redis_streams import RedisStreamsDispatcher
 from tether.testing.contract.dispatcher import DispatcherContract
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import RUN_ID
+from tests.contract.repository_mixins import OnPostgres, OnSqlite
 from tests.redis_cluster import prefix_on
+from tests.redis_fixtures import delete_keys
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
@@ -35,37 +37,14 @@ class TestRedisStreamsDispatcherOnCluster(DispatcherContract):
         yield d
         d.close()
         node = redis.Redis(host="127.0.0.1", port=redis_cluster.owner(d.keys.slot), decode_responses=True)
-        keys = list(node.scan_iter(match=d.keys.pattern(), count=1000))
-        if keys:
-            node.delete(*keys)
+        delete_keys(node, prefix)
         node.close()
 
 
-class TestRedisStreamsDispatcherOnClusterOnSqlite(TestRedisStreamsDispatcherOnCluster):
+class TestRedisStreamsDispatcherOnClusterOnSqlite(OnSqlite, TestRedisStreamsDispatcherOnCluster):
     """The same contract with a SQLite file repository under the dispatcher."""
-
-    @pytest.fixture
-    def repository(self, tmp_path):
-        from tether.adapters.sqlalchemy import open_repository
-
-        repo = open_repository(f"sqlite:///{tmp_path / 'contract.db'}")
-        yield repo
-        repo.close()
 
 
 @pytest.mark.postgres
-class TestRedisStreamsDispatcherOnClusterOnPostgres(TestRedisStreamsDispatcherOnCluster):
+class TestRedisStreamsDispatcherOnClusterOnPostgres(OnPostgres, TestRedisStreamsDispatcherOnCluster):
     """The same contract with a PostgreSQL repository (a schema of its own, dropped afterwards)."""
-
-    @pytest.fixture
-    def repository(self):
-        from tether.adapters.sqlalchemy import open_repository
-        from tether.domain.errors import StorageUnavailable
-
-        try:
-            repo = open_repository(DATABASE_URL, schema=f"tether_test_{RUN_ID}_cdisp{next(_counter)}", pool_size=20)
-        except StorageUnavailable as exc:
-            service_unavailable("PostgreSQL", str(exc))
-        yield repo
-        repo.drop_schema()
-        repo.close()

@@ -8,53 +8,29 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import DATABASE_URL, REDIS_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL, REDIS_URL
 from tests.e2e.test_demo import kind, run_demo
+from tests.postgres_fixtures import schema_name, scratch_schema
+from tests.redis_fixtures import temporary_prefix
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
-    from tether.adapters.sqlalchemy import open_repository
-    from tether.domain.errors import TetherError
-
-    schema = f"tether_e2e_{RUN_ID}"
-    try:
-        repository = open_repository(DATABASE_URL, schema=schema, create=False)
-    except TetherError as exc:
-        if "missing" not in str(exc):  # a server we cannot reach, not just an empty schema
-            service_unavailable("PostgreSQL", str(exc))
-        repository = None
-    try:
+    schema = schema_name("e2e")
+    with scratch_schema(schema):
         yield schema
-    finally:
-        cleanup = open_repository(DATABASE_URL, schema=schema, create=True)
-        cleanup.drop_schema()
-        cleanup.close()
-        if repository is not None:
-            repository.close()
 
 
 @pytest.fixture
-def redis_prefix() -> Iterator[str]:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        service_unavailable("Redis", str(exc))
-    prefix = f"tether-e2e-{RUN_ID}"
-    try:
+def redis_prefix(redis_client: Any) -> Iterator[str]:
+    with temporary_prefix(redis_client, "e2e") as prefix:
         yield prefix
-    finally:
-        for key in client.scan_iter(match="{" + prefix + "}*"):
-            client.delete(key)
-        client.close()
 
 
 def test_demo_on_postgres_with_redis_dispatch(tmp_path: Path, pg_schema: str, redis_prefix: str) -> None:

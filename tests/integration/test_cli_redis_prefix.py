@@ -12,6 +12,7 @@ from tether.entrypoints.cli import app
 from typer.testing import CliRunner
 
 from tests.conftest import REDIS_URL, RUN_ID
+from tests.redis_fixtures import delete_keys
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -28,9 +29,7 @@ def test_enqueue_publishes_under_the_configured_prefix(tmp_path: Path, redis_cli
         entries = redis_client.xrange(StreamKeys(prefix).stream("default"))
         assert [fields["id"] for _, fields in entries] == ["1"]
     finally:
-        keys = list(redis_client.scan_iter(match=StreamKeys(prefix).pattern()))
-        if keys:
-            redis_client.delete(*keys)
+        delete_keys(redis_client, prefix)
 
 
 def test_a_bad_prefix_is_refused_naming_the_setting(tmp_path: Path) -> None:

@@ -32,8 +32,9 @@ from tether.domain.errors import ConfigurationError
 from tether.domain.job import NewJob
 from tether.domain.validation import prepare_job
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL
 from tests.integration.schema_v1 import create_v1_schema
+from tests.postgres_fixtures import schema_name, scratch_schema
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -63,18 +64,9 @@ class Target:
 
 
 def _pg_target(suffix: str) -> Iterator[Target]:
-    schema = f"tether_test_{RUN_ID}_mig_{suffix}"
-    engine = create_engine(DATABASE_URL)
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception as error:  # noqa: BLE001
-        engine.dispose()
-        service_unavailable("PostgreSQL", str(error))
-    yield Target("postgres", DATABASE_URL, schema, engine)
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    engine.dispose()
+    schema = schema_name(f"mig_{suffix}")
+    with scratch_schema(schema) as engine:
+        yield Target("postgres", DATABASE_URL, schema, engine)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -13,15 +13,15 @@ from typing import Any
 import attrs
 import pytest
 from tether.adapters.clock import FakeClock
-from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository, pg_bulk
+from tether.adapters.sqlalchemy import PostgresJobRepository, pg_bulk
 from tether.domain.errors import TetherError
 from tether.domain.job import EnqueueResult, NewJob
 from tether.domain.validation import prepare_job
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.postgres_fixtures import empty_tables, schema_name, temporary_repository
 
 pytestmark = pytest.mark.postgres
-SCHEMA = f"tether_test_{RUN_ID}_bulk"
+SCHEMA = schema_name("bulk")
 
 PAYLOADS: list[Any] = [
     {"s": 'é\u2028"\\ 😀 \\u0000 \t\n\r', "k": {"ü": "x", "": []}},
@@ -35,22 +35,13 @@ PAYLOADS: list[Any] = [
 
 @pytest.fixture(scope="module")
 def shared_repo() -> Iterator[PostgresJobRepository]:
-    try:
-        repo = open_repository(DATABASE_URL, schema=SCHEMA, pool_size=8)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    assert isinstance(repo, PostgresJobRepository)
-    yield repo
-    repo.drop_schema()
-    repo.close()
+    with temporary_repository(SCHEMA, pool_size=8) as repo:
+        yield repo
 
 
 @pytest.fixture
 def repo(shared_repo: PostgresJobRepository) -> PostgresJobRepository:
-    with shared_repo.engine.begin() as conn:
-        conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".tether_jobs RESTART IDENTITY')
-    return shared_repo
+    return empty_tables(shared_repo)
 
 
 @pytest.fixture

@@ -11,29 +11,21 @@ from datetime import UTC
 import pytest
 from sqlalchemy import text
 from tether.adapters.clock import FakeClock
-from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
+from tether.adapters.sqlalchemy import PostgresJobRepository
 from tether.adapters.sqlalchemy import postgres as postgres_module
 from tether.adapters.sqlalchemy.schema import LEASABLE_INDEX
-from tether.domain.errors import TetherError
 from tether.domain.validation import prepare_job
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.postgres_fixtures import schema_name, temporary_repository
 
 pytestmark = pytest.mark.postgres
-SCHEMA = f"tether_test_{RUN_ID}_stats"
+SCHEMA = schema_name("stats")
 
 
 @pytest.fixture
 def repo() -> Iterator[PostgresJobRepository]:
-    try:
-        repo = open_repository(DATABASE_URL, schema=SCHEMA)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    assert isinstance(repo, PostgresJobRepository)
-    yield repo
-    repo.drop_schema()
-    repo.close()
+    with temporary_repository(SCHEMA) as repo:
+        yield repo
 
 
 def _analyzed(repo: PostgresJobRepository) -> bool:

@@ -22,13 +22,13 @@ import tether
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
 from tether.adapters.clock import FakeClock, SystemClock
-from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
+from tether.adapters.sqlalchemy import PostgresJobRepository
 from tether.adapters.sqlalchemy.clock import DatabaseClock
-from tether.domain.errors import TetherError
 from tether.domain.timeutil import UTC
 from tether.domain.validation import prepare_job
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL, RUN_ID
+from tests.postgres_fixtures import schema_name, server_engine, temporary_app, temporary_repository
 
 pytestmark = [pytest.mark.postgres]
 HOUR = 3600.0
@@ -49,15 +49,8 @@ class SkewedSource:
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    engine = create_engine(DATABASE_URL)
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception as error:  # noqa: BLE001
-        engine.dispose()
-        service_unavailable("PostgreSQL", str(error))
-    yield engine
-    engine.dispose()
+    with server_engine() as engine:
+        yield engine
 
 
 def server_now(engine: Engine) -> datetime:
@@ -206,15 +199,8 @@ def test_first_measurement_failing_falls_back_to_the_wall_clock(caplog: pytest.L
 
 @pytest.fixture
 def repo() -> Iterator[PostgresJobRepository]:
-    try:
-        repository = open_repository(DATABASE_URL, schema=f"tether_test_{RUN_ID}_clock")
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    assert isinstance(repository, PostgresJobRepository)
-    yield repository
-    repository.drop_schema()
-    repository.close()
+    with temporary_repository(schema_name("clock")) as repository:
+        yield repository
 
 
 def test_a_worker_an_hour_fast_does_not_lease_a_job_due_in_half_an_hour(repo: PostgresJobRepository) -> None:
@@ -230,26 +216,14 @@ def test_a_worker_an_hour_fast_does_not_lease_a_job_due_in_half_an_hour(repo: Po
 
 
 def test_connect_uses_the_database_clock_on_postgres_and_a_passed_clock_wins() -> None:
-    schema = f"tether_test_{RUN_ID}_clockc"
-    try:
-        app = tether.connect(DATABASE_URL, schema=schema)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    try:
+    schema = schema_name("clockc")
+    with temporary_app(schema) as app:
         assert isinstance(app.clock, DatabaseClock)
         assert app.clock.synced
         assert abs((app.clock.now() - server_now(app.repository.engine)).total_seconds()) < 1.0  # type: ignore[attr-defined]
-    finally:
-        app.repository.drop_schema()  # type: ignore[attr-defined]
-        app.close()
     fake = FakeClock()
-    app = tether.connect(DATABASE_URL, schema=schema, clock=fake)
-    try:
+    with temporary_app(schema, clock=fake) as app:
         assert app.clock is fake
-    finally:
-        app.repository.drop_schema()  # type: ignore[attr-defined]
-        app.close()
 
 
 def test_sqlite_keeps_the_system_clock(tmp_path) -> None:  # type: ignore[no-untyped-def]

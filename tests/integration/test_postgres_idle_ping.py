@@ -14,32 +14,27 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import create_engine, text
 from tether.adapters.clock import FakeClock
-from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
+from tether.adapters.sqlalchemy import PostgresJobRepository
 from tether.adapters.sqlalchemy import postgres as postgres_module
 from tether.adapters.sqlalchemy.postgres import normalize_postgres_url
-from tether.domain.errors import TetherError
 from tether.domain.job import JobStatus
 from tether.domain.validation import prepare_job
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL, RUN_ID
+from tests.postgres_fixtures import dropping_schema, open_postgres, schema_name
 
 pytestmark = pytest.mark.postgres
-SCHEMA = f"tether_test_{RUN_ID}_ping"
+SCHEMA = schema_name("ping")
 APP_NAME = f"tether-ping-{RUN_ID}"[:60]
 
 
 @pytest.fixture
 def repo() -> Iterator[PostgresJobRepository]:
-    try:
-        setup = open_repository(DATABASE_URL, schema=SCHEMA)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    setup.close()
-    repo = PostgresJobRepository.from_url(DATABASE_URL, schema=SCHEMA, pool_size=2, application_name=APP_NAME)
-    yield repo
-    repo.drop_schema()
-    repo.close()
+    open_postgres(SCHEMA).close()  # creates the tables
+    with dropping_schema(
+        PostgresJobRepository.from_url(DATABASE_URL, schema=SCHEMA, pool_size=2, application_name=APP_NAME)
+    ) as repo:
+        yield repo
 
 
 def _kill_backends() -> int:

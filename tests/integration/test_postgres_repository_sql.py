@@ -27,32 +27,24 @@ from tether.domain.errors import ConfigurationError, LeaseLost, StorageUnavailab
 from tether.domain.job import JobStatus
 from tether.domain.validation import prepare_job
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL, RUN_ID
+from tests.postgres_fixtures import empty_tables, schema_name, temporary_repository
 
 pytestmark = pytest.mark.postgres
-SCHEMA = f"tether_test_{RUN_ID}_sql"
+SCHEMA = schema_name("sql")
 
 
 @pytest.fixture(scope="module")
 def shared_repo() -> Iterator[PostgresJobRepository]:
-    try:
-        repo = open_repository(DATABASE_URL, schema=SCHEMA, pool_size=30)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    assert isinstance(repo, PostgresJobRepository)
-    with repo.engine.begin() as conn:
-        conn.exec_driver_sql(f'CREATE TABLE IF NOT EXISTS "{SCHEMA}".orders (id serial PRIMARY KEY, item text)')
-    yield repo
-    repo.drop_schema()
-    repo.close()
+    with temporary_repository(SCHEMA, pool_size=30) as repo:
+        with repo.engine.begin() as conn:
+            conn.exec_driver_sql(f'CREATE TABLE IF NOT EXISTS "{SCHEMA}".orders (id serial PRIMARY KEY, item text)')
+        yield repo
 
 
 @pytest.fixture
 def repo(shared_repo: PostgresJobRepository) -> PostgresJobRepository:
-    with shared_repo.engine.begin() as conn:
-        conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".tether_jobs, "{SCHEMA}".orders RESTART IDENTITY')
-    return shared_repo
+    return empty_tables(shared_repo, "orders")
 
 
 @pytest.fixture
@@ -327,8 +319,7 @@ def test_operations_survive_terminated_connections(shared_repo: PostgresJobRepos
     # a repository of its own, so other tests' pools are not disturbed
     repo = PostgresJobRepository.from_url(DATABASE_URL, schema=SCHEMA, pool_size=2, application_name=KILL_APP_NAME)
     try:
-        with repo.engine.begin() as conn:
-            conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".tether_jobs RESTART IDENTITY')
+        empty_tables(repo)
         job = repo.enqueue(_job(clock, idempotency_key="survivor"), now=clock.now()).job
         assert _kill_backends(repo) >= 1
         with pytest.raises(LeaseLost):  # a fenced write after the kill still answers correctly
@@ -353,8 +344,7 @@ def test_an_unkeyed_enqueue_on_a_killed_connection_is_reported_unknown_then_the_
     and the next enqueue lands; nothing was stored twice."""
     repo = PostgresJobRepository.from_url(DATABASE_URL, schema=SCHEMA, pool_size=1, application_name=KILL_APP_NAME)
     try:
-        with repo.engine.begin() as conn:
-            conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".tether_jobs RESTART IDENTITY')
+        empty_tables(repo)
         first = repo.enqueue(_job(clock, {"n": 1}), now=clock.now()).job
         assert _kill_backends(repo) == 1
         with pytest.raises(StorageUnavailable, match="may or may not have been stored"):
@@ -465,7 +455,7 @@ def test_bad_urls_name_the_url_without_its_password(shared_repo: PostgresJobRepo
         open_repository(unknown_role)
     assert "s3cret-pw" not in str(info.value)
     with pytest.raises(ConfigurationError) as info:
-        open_repository(DATABASE_URL, schema=f"tether_test_{RUN_ID}_absent", create=False)
+        open_repository(DATABASE_URL, schema=schema_name("absent"), create=False)
     assert "tether db init" in str(info.value)
     with pytest.raises(ConfigurationError):
         open_repository(DATABASE_URL, schema="bad-name; DROP")
@@ -494,9 +484,8 @@ def test_the_driver_paths_report_an_unreachable_server_as_storage_unavailable(cl
 def test_a_schema_from_a_newer_tether_is_refused_and_left_alone(shared_repo: PostgresJobRepository) -> None:
     from tether.adapters.sqlalchemy import SCHEMA_VERSION
 
-    schema = f"tether_test_{RUN_ID}_newer"
-    repo = open_repository(DATABASE_URL, schema=schema)
-    try:
+    schema = schema_name("newer")
+    with temporary_repository(schema) as repo:
         assert repo.schema_version() == SCHEMA_VERSION
         with repo.engine.begin() as conn:
             conn.exec_driver_sql(f"UPDATE \"{schema}\".tether_alembic_version SET version_num = '{SCHEMA_VERSION + 5:04d}'")
@@ -505,9 +494,6 @@ def test_a_schema_from_a_newer_tether_is_refused_and_left_alone(shared_repo: Pos
                 open_repository(DATABASE_URL, schema=schema, create=create)
             assert "newer" in str(info.value) and repo.safe_url in str(info.value)
         assert repo.schema_version() == SCHEMA_VERSION + 5
-    finally:
-        repo.drop_schema()
-        repo.close()
 
 
 def test_a_connection_killed_before_commit_is_retried_and_stores_once(repo: PostgresJobRepository, clock: FakeClock,

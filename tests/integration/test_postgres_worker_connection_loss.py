@@ -21,18 +21,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import tether
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import NullPool
 from tether.adapters.sqlalchemy.postgres import normalize_postgres_url
-from tether.domain.errors import TetherError
 from tether.domain.job import JobStatus
 from tether.entrypoints.service import EnqueueRequest, Tether
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL
+from tests.postgres_fixtures import schema_name, temporary_app
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-SCHEMA = f"tether_test_{RUN_ID}_connloss"
 JOBS = 1500
 CONCURRENCY = 4
 KILL_EVERY = 0.2  # seconds between two rounds of pg_terminate_backend
@@ -40,14 +38,8 @@ KILL_EVERY = 0.2  # seconds between two rounds of pg_terminate_backend
 
 @pytest.fixture
 def app() -> Iterator[Tether]:
-    try:
-        application = tether.connect(DATABASE_URL, schema=SCHEMA, poll_interval=0.2, pool_size=8)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    yield application
-    application.repository.drop_schema()  # type: ignore[attr-defined]
-    application.close()
+    with temporary_app(schema_name("connloss"), poll_interval=0.2, pool_size=8) as application:
+        yield application
 
 
 class BackendKiller:

@@ -15,16 +15,16 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
-from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
-from tether.domain.errors import TetherError
+from tether.adapters.sqlalchemy import PostgresJobRepository
 from tether.domain.job import JobStatus
 from tether.domain.timeutil import UTC
 from tether.domain.validation import prepare_job
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL
+from tests.postgres_fixtures import schema_name, temporary_repository
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-SCHEMA = f"tether_test_{RUN_ID}_drain"
+SCHEMA = schema_name("drain")
 JOBS = 10_000
 PROCESSES = 4
 THREADS = 4
@@ -60,15 +60,8 @@ CHILD = textwrap.dedent(
 
 @pytest.fixture
 def repo() -> Iterator[PostgresJobRepository]:
-    try:
-        repository = open_repository(DATABASE_URL, schema=SCHEMA)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    assert isinstance(repository, PostgresJobRepository)
-    yield repository
-    repository.drop_schema()
-    repository.close()
+    with temporary_repository(SCHEMA) as repository:
+        yield repository
 
 
 def test_four_processes_drain_every_job_exactly_once(repo: PostgresJobRepository) -> None:

@@ -26,6 +26,7 @@ from tether.domain.validation import prepare_job
 from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
 from tests.dispatch_workers import DispatcherWorkers
 from tests.redis_cluster import ThrowawayRedisCluster, binaries_missing, free_port, prefix_on, slot_of
+from tests.redis_fixtures import delete_keys
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
@@ -128,9 +129,7 @@ def test_one_xreadgroup_reads_every_queue_of_a_worker_on_a_node_other_than_the_s
         producer.close()
         consumer.close()
         for client in nodes.values():
-            keys = list(client.scan_iter(match=consumer.keys.pattern(), count=1000))
-            if keys:
-                client.delete(*keys)
+            delete_keys(client, consumer.keys.prefix)
             client.close()
 
 
@@ -190,9 +189,7 @@ def test_slot_resharded_to_another_master_under_running_workers(
     finally:
         for dispatcher in dispatchers:
             dispatcher.close()
-        keys = list(target_client.scan_iter(match=f"{{{prefix}}}:*", count=1000))
-        if keys:
-            target_client.delete(*keys)
+        delete_keys(target_client, prefix)
         target_client.close()
 
 
@@ -270,7 +267,5 @@ def test_the_cluster_switch_reaches_the_dispatcher_from_settings_and_connect(red
     finally:
         app.close()
         client = redis_cluster.client(owner)
-        keys = list(client.scan_iter(match=f"{{{prefix}}}:*", count=1000))
-        if keys:
-            client.delete(*keys)
+        delete_keys(client, prefix)
         client.close()

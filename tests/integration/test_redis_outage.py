@@ -11,7 +11,6 @@ wiping database 0 under other test runs sharing the server.  Times are scaled do
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import random
@@ -22,7 +21,6 @@ from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-import redis
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.redis_keys import StreamKeys
@@ -31,11 +29,11 @@ from tether.domain.errors import LeaseLost
 from tether.domain.job import JobStatus
 from tether.domain.validation import prepare_job
 
-from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
+from tests.conftest import REDIS_URL, redis_connection
 from tests.dispatch_workers import DispatcherWorkers
+from tests.redis_fixtures import delete_keys, unique_prefix
 
 pytestmark = pytest.mark.redis
-_counter = itertools.count()
 DESTRUCTIVE_DB = 15
 
 
@@ -122,29 +120,14 @@ def url_for(db: int, port: int | None = None) -> str:
     return urlunsplit((parts.scheme, netloc, f"/{db}", parts.query, ""))
 
 
-def connect(url: str) -> redis.Redis:
-    client = redis.Redis.from_url(url, decode_responses=True)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        service_unavailable("Redis", str(exc))
-    return client
-
-
 @pytest.fixture
 def prefix():
-    return f"tt-{RUN_ID}-o{next(_counter)}"
-
-
-def cleanup(client: redis.Redis, prefix: str) -> None:
-    keys = list(client.scan_iter(match=StreamKeys(prefix).pattern(), count=1000))
-    if keys:
-        client.delete(*keys)
+    return unique_prefix("o")
 
 
 @pytest.mark.slow
 def test_c08_redis_loses_everything_and_is_unreachable_for_a_while(prefix, caplog):
-    direct = connect(url_for(DESTRUCTIVE_DB))
+    direct = redis_connection(url_for(DESTRUCTIVE_DB))
     proxy = FlakyProxy(urlsplit(REDIS_URL).hostname or "127.0.0.1", urlsplit(REDIS_URL).port or 6379)
     repo, clock = InMemoryJobRepository(), SystemClock()
     caplog.set_level(logging.INFO, logger="tether.dispatch.redis")
@@ -188,7 +171,7 @@ def test_c08_redis_loses_everything_and_is_unreachable_for_a_while(prefix, caplo
         producer.close()
         proxy.close()
         elapsed = time.time() - began
-        cleanup(direct, prefix)
+        delete_keys(direct, prefix)
         direct.close()
 
     assert enqueue_errors == []
@@ -212,7 +195,7 @@ def test_soak_consumers_killed_before_xack(prefix):
     acquire has a 1% chance of being a consumer's last act (it reads an entry, leases the job and
     dies without XACK); a replacement starts at once.  Every job must run exactly once and the
     pending entries list must stay bounded and drain to 0."""
-    direct = connect(url_for(0))
+    direct = redis_connection(url_for(0))
     repo, clock = InMemoryJobRepository(), SystemClock()
     rng = random.Random(4)
     rate = 100.0  # jobs enqueued per second; TETHER_SOAK_SECONDS=180 makes it the issue's few-minute soak
@@ -302,7 +285,7 @@ def test_soak_consumers_killed_before_xack(prefix):
             t.join(30)
         for d in dispatchers:
             d.close()
-        cleanup(direct, prefix)
+        delete_keys(direct, prefix)
         direct.close()
 
     print(f"soak: {total_jobs} jobs, {kills['killed']} consumers killed, max XPENDING {max_pending}, final {final_pending}")

@@ -8,7 +8,6 @@ made short and the tests sleep past it (a pause, never an assertion on duration)
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 
@@ -21,21 +20,18 @@ from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
 
-from tests.conftest import REDIS_URL, RUN_ID
+from tests.conftest import REDIS_URL
+from tests.redis_fixtures import temporary_prefix
 
 pytestmark = pytest.mark.redis
-_counter = itertools.count()
 LEASE = 15 * 60.0
 CLAIM_IDLE = 0.3
 
 
 @pytest.fixture
 def prefix(redis_client):
-    name = f"tt-{RUN_ID}-i{next(_counter)}"
-    yield name
-    keys = list(redis_client.scan_iter(match=StreamKeys(name).pattern(), count=1000))
-    if keys:
-        redis_client.delete(*keys)
+    with temporary_prefix(redis_client, "i") as name:
+        yield name
 
 
 @pytest.fixture

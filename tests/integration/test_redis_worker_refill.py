@@ -9,7 +9,6 @@ cannot be what delivers it).
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -18,16 +17,15 @@ from typing import Any
 import pytest
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
-from tether.adapters.redis_keys import StreamKeys
 from tether.adapters.redis_streams import RedisStreamsDispatcher
 from tether.domain.errors import LeaseLost
 from tether.domain.job import Job, JobStatus
 from tether.entrypoints.service import Tether
 
-from tests.conftest import REDIS_URL, RUN_ID, wait_for
+from tests.conftest import REDIS_URL, wait_for
+from tests.redis_fixtures import temporary_prefix
 
 pytestmark = pytest.mark.redis
-_counter = itertools.count()
 
 
 class CountingRepository(InMemoryJobRepository):
@@ -59,11 +57,8 @@ class CountingRepository(InMemoryJobRepository):
 
 @pytest.fixture
 def prefix(redis_client: Any) -> Any:
-    name = f"tt-{RUN_ID}-refill{next(_counter)}"
-    yield name
-    keys = list(redis_client.scan_iter(match=StreamKeys(name).pattern(), count=1000))
-    if keys:
-        redis_client.delete(*keys)
+    with temporary_prefix(redis_client, "refill") as name:
+        yield name
 
 
 def test_a_draining_pool_refills_from_the_repository_and_retires_the_entries(redis_client: Any, prefix: str) -> None:

@@ -11,34 +11,25 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
-from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
-from tether.domain.errors import TetherError
+from tether.adapters.sqlalchemy import PostgresJobRepository
 from tether.ports.repository import JobRepository
 from tether.testing.statemachine import DEFAULT_SETTINGS, RepositoryStateMachine
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.postgres_fixtures import empty_tables, schema_name, temporary_repository
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-SCHEMA = f"tether_test_{RUN_ID}_machine"
 _shared: list[PostgresJobRepository] = []
 
 
 @pytest.fixture(scope="module", autouse=True)
 def postgres_repository() -> Iterator[PostgresJobRepository]:
-    try:
-        repository = open_repository(DATABASE_URL, schema=SCHEMA, pool_size=2)
-    except TetherError as error:
-        service_unavailable("PostgreSQL", str(error))
-        raise
-    assert isinstance(repository, PostgresJobRepository)
-    _shared.append(repository)
-    try:
-        yield repository
-    finally:
-        _shared.remove(repository)
-        repository.drop_schema()
-        repository.close()
+    with temporary_repository(schema_name("machine"), pool_size=2) as repository:
+        _shared.append(repository)
+        try:
+            yield repository
+        finally:
+            _shared.remove(repository)
 
 
 class PostgresMachine(RepositoryStateMachine):
@@ -47,10 +38,7 @@ class PostgresMachine(RepositoryStateMachine):
 
     def make_repository(self) -> JobRepository:
         assert _shared, "the postgres_repository fixture did not run"
-        repository = _shared[0]
-        with repository.engine.begin() as conn:
-            conn.exec_driver_sql(f'TRUNCATE "{SCHEMA}".{repository.table.name} RESTART IDENTITY')
-        return repository
+        return empty_tables(_shared[0])
 
     def close_repository(self, repository: JobRepository) -> None:
         """The repository is shared by every history; the module fixture closes it."""

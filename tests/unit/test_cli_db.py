@@ -25,8 +25,9 @@ from tether.adapters.sqlalchemy.migrations import HEAD_REVISION
 from tether.entrypoints.cli import app
 from typer.testing import CliRunner
 
-from tests.conftest import DATABASE_URL, RUN_ID, service_unavailable
+from tests.conftest import DATABASE_URL, RUN_ID
 from tests.integration.schema_v1 import create_v1_schema
+from tests.postgres_fixtures import schema_name, scratch_schema
 
 HEAD = SCHEMA_VERSION
 
@@ -183,18 +184,9 @@ def test_bad_schema_name_is_one_line_exit_2(command: str) -> None:
 # -- PostgreSQL --------------------------------------------------------------------------------
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
-    schema = f"tether_test_{RUN_ID}_clidb"
-    engine = create_engine(DATABASE_URL)
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception as error:  # noqa: BLE001
-        engine.dispose()
-        service_unavailable("PostgreSQL", str(error))
-    yield schema
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    engine.dispose()
+    schema = schema_name("clidb")
+    with scratch_schema(schema):
+        yield schema
 
 
 def pg_revisions(schema: str) -> list[str]:

@@ -11,6 +11,7 @@ from tether.domain.job import JobStatus
 from tether.entrypoints.container import connect
 
 from tests.conftest import DATABASE_URL, REDIS_URL, RUN_ID, service_unavailable
+from tests.redis_fixtures import delete_keys
 
 
 def test_postgresql_url_with_redis_url_wires_both_and_runs_a_job() -> None:
@@ -40,8 +41,7 @@ def test_postgresql_url_with_redis_url_wires_both_and_runs_a_job() -> None:
         drop = app.repository.drop_schema
         drop()
         app.close()
-        for key in client.scan_iter(match="{" + prefix + "}*"):
-            client.delete(key)
+        delete_keys(client, prefix)
         client.close()
 
 
