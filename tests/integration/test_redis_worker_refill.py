@@ -10,49 +10,19 @@ cannot be what delivers it).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import pytest
 from tether.adapters.clock import SystemClock
-from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.redis_streams import RedisStreamsDispatcher
-from tether.domain.errors import LeaseLost
-from tether.domain.job import Job, JobStatus
+from tether.domain.job import JobStatus
 from tether.entrypoints.service import Tether
 
 from tests.conftest import REDIS_URL, wait_for
+from tests.counting_repository import CountingRepository
 from tests.redis_fixtures import temporary_prefix
 
 pytestmark = pytest.mark.redis
-
-
-class CountingRepository(InMemoryJobRepository):
-    """Counts the jobs leased by ``complete_and_lease`` (the flush's refills) and the by-id leases
-    (``lease_job``: what a stream entry costs when its job was leased some other way)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refilled = 0
-        self.by_id = 0
-        self.lock = threading.Lock()
-
-    def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
-        with self.lock:
-            self.by_id += 1
-        return super().lease_job(job_id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
-
-    def complete_and_lease(
-        self, items: Sequence[tuple[int, str]], *, now: datetime, queues: Sequence[str] | None, worker_id: str,
-        lease_timeout: float, limit: int,
-    ) -> tuple[list[Job | LeaseLost], list[Job]]:
-        results, jobs = super().complete_and_lease(
-            items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit
-        )
-        with self.lock:
-            self.refilled += len(jobs)
-        return results, jobs
 
 
 @pytest.fixture

@@ -11,41 +11,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import pytest
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher
-from tether.domain.errors import LeaseLost
-from tether.domain.job import Job, JobStatus
+from tether.domain.job import JobStatus
 from tether.domain.transitions import RELEASED_ERROR
 from tether.entrypoints import worker as worker_module
 from tether.entrypoints.service import EnqueueRequest, Tether
 
 from tests.conftest import wait_for
-
-
-class RecordingRepository(InMemoryJobRepository):
-    """Counts the jobs leased by ``complete_and_lease`` and how many completions went with them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refills: list[tuple[int, int]] = []  # (completions, jobs leased) per call
-        self.lock = threading.Lock()
-
-    def complete_and_lease(
-        self, items: Sequence[tuple[int, str]], *, now: datetime, queues: Sequence[str] | None, worker_id: str,
-        lease_timeout: float, limit: int,
-    ) -> tuple[list[Job | LeaseLost], list[Job]]:
-        results, jobs = super().complete_and_lease(
-            items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit
-        )
-        with self.lock:
-            self.refills.append((len(items), len(jobs)))
-        return results, jobs
+from tests.counting_repository import CountingRepository
 
 
 def make_app(repo: InMemoryJobRepository | None = None) -> Tether:
@@ -114,7 +92,7 @@ def test_no_job_is_leased_ahead_of_handlers_slower_than_the_horizon(monkeypatch:
 
 
 def test_the_completion_flush_leases_the_next_jobs_and_answers_each_completion() -> None:
-    repo = RecordingRepository()
+    repo = CountingRepository()
     app = make_app(repo)
     runs: dict[int, int] = {}
     lock = threading.Lock()
