@@ -32,10 +32,10 @@ from typing import Any
 import pytest
 import tether
 from sqlalchemy import event
-from tether.domain.job import JobStatus
 from tether.entrypoints.service import EnqueueRequest
 
 from tests.conftest import service_unavailable
+from tests.executions import Executions
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 JOBS = 600
@@ -133,14 +133,12 @@ def test_pool_survives_a_server_restart_mid_drain(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="tether")
     app = tether.connect(cluster.url, schema="tether_restart", poll_interval=0.2, pool_size=8)
-    executions: collections.Counter[int] = collections.Counter()
-    lock = threading.Lock()
+    executions = Executions()
 
     @app.handler("restart.record")
     def record(payload: dict[str, Any], ctx: Any) -> None:
         time.sleep(0.01)
-        with lock:
-            executions[ctx.job.id] += 1
+        executions.record(ctx.job.id)
 
     errors: list[str] = []  # statements of the pool's that failed: the restart really hit it
     engine = app.repository.engine  # type: ignore[attr-defined]
@@ -148,14 +146,12 @@ def test_pool_survives_a_server_restart_mid_drain(
     try:
         results = app.enqueue_many([EnqueueRequest("restart.record", {"n": n}) for n in range(JOBS)])
         job_ids = {result.job.id for result in results}
+        assert len(job_ids) == JOBS
         pool = app.worker(concurrency=CONCURRENCY, lease_timeout=60, reap_interval=1.0, drain_timeout=10)
         pool.start()
         try:
-            while True:  # restart once a share of the jobs ran, so the drain spans the restart
-                with lock:
-                    ran = len(executions)
-                if ran >= JOBS // 5:
-                    break
+            # restart once a share of the jobs ran, so the drain spans the restart
+            while (ran := len(executions)) < JOBS // 5:
                 time.sleep(0.01)
             restarted_after = ran
             if outage == "restart":
@@ -164,13 +160,7 @@ def test_pool_survives_a_server_restart_mid_drain(
                 cluster.stop_fast()
                 time.sleep(2.0)
                 cluster.start()
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                with lock:
-                    done = len(executions)
-                if done >= JOBS and app.counts()[JobStatus.COMPLETED] == JOBS:
-                    break
-                time.sleep(0.2)
+            executions.wait_for_drain(app, JOBS, timeout=20)
             alive = collections.Counter(t.name for t in threading.enumerate() if t.name.startswith("tether-") and t.is_alive())
         finally:
             stats = pool.stop()
@@ -181,13 +171,7 @@ def test_pool_survives_a_server_restart_mid_drain(
         assert len(records) <= 60, [r.getMessage()[:120] for r in records]
         assert not [r for r in records if "unexpected error" in r.getMessage()]
         assert restarted_after < JOBS and errors  # the restart came mid-drain and broke connections in use
-        counts = app.counts()
-        assert counts[JobStatus.COMPLETED] == JOBS, counts
-        assert counts[JobStatus.RUNNING] == counts[JobStatus.QUEUED] == counts[JobStatus.RETRYING] == 0, counts
-        assert counts[JobStatus.DEAD] == 0, counts
-        assert set(executions) == job_ids
-        assert [n for n in executions.values() if n != 1] == []
-        assert {job.attempts for job in app.list(status=JobStatus.COMPLETED, limit=JOBS)} == {1}
+        executions.assert_each_ran_once(app, job_ids)
         assert stats.completed == JOBS and stats.lease_lost == 0, stats
         assert sum(1 for name in alive if name.startswith("tether-worker-")) == CONCURRENCY, alive
         assert alive["tether-acquire"] == 1 and alive["tether-heartbeat"] == 1, alive

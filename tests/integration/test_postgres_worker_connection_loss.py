@@ -24,10 +24,10 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import NullPool
 from tether.adapters.sqlalchemy.postgres import normalize_postgres_url
-from tether.domain.job import JobStatus
 from tether.entrypoints.service import EnqueueRequest, Tether
 
 from tests.conftest import DATABASE_URL
+from tests.executions import Executions
 from tests.postgres_fixtures import schema_name, temporary_app
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -95,14 +95,12 @@ class BackendKiller:
 def test_pool_drains_every_job_exactly_once_while_its_connections_are_killed(
     app: Tether, caplog: pytest.LogCaptureFixture
 ) -> None:
-    executions: collections.Counter[int] = collections.Counter()
-    lock = threading.Lock()
+    executions = Executions()
 
     @app.handler("connloss.record")
     def record(payload: dict[str, Any], ctx: Any) -> None:
         time.sleep(0.004)  # long enough that the drain spans many kill rounds
-        with lock:
-            executions[ctx.job.id] += 1
+        executions.record(ctx.job.id)
 
     results = app.enqueue_many([EnqueueRequest("connloss.record", {"n": n}) for n in range(JOBS)])
     job_ids = {result.job.id for result in results}
@@ -114,13 +112,7 @@ def test_pool_drains_every_job_exactly_once_while_its_connections_are_killed(
     killer.start()
     pool.start()
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            with lock:
-                done = len(executions)
-            if done >= JOBS and app.counts()[JobStatus.COMPLETED] == JOBS:
-                break
-            time.sleep(0.2)
+        executions.wait_for_drain(app, JOBS, timeout=90)
         threads = [t for t in threading.enumerate() if t.name.startswith("tether-")]
         alive = collections.Counter(t.name for t in threads if t.is_alive())
     finally:
@@ -132,13 +124,7 @@ def test_pool_drains_every_job_exactly_once_while_its_connections_are_killed(
     # The killing really happened, many times, while the pool worked.
     assert killer.rounds >= 5 and killer.killed >= 5, (killer.rounds, killer.killed)
     # Every job completed, each handler ran once, nothing is left behind.
-    counts = app.counts()
-    assert counts[JobStatus.COMPLETED] == JOBS, counts
-    assert counts[JobStatus.RUNNING] == counts[JobStatus.QUEUED] == counts[JobStatus.RETRYING] == 0, counts
-    assert counts[JobStatus.DEAD] == 0, counts
-    assert set(executions) == job_ids
-    assert [n for n in executions.values() if n != 1] == []
-    assert {job.attempts for job in app.list(status=JobStatus.COMPLETED, limit=JOBS)} == {1}
+    executions.assert_each_ran_once(app, job_ids)
     assert stats.completed == JOBS and stats.lease_lost == 0 and stats.failed == 0 and stats.dead == 0, stats
     # No worker thread died while its connections were being killed.
     assert alive[f"tether-worker-{CONCURRENCY - 1}"] == 1 and alive["tether-acquire"] == 1, alive
