@@ -28,6 +28,7 @@ from tether.domain.job import JobStatus
 from tether.domain.validation import prepare_job
 
 from tests.conftest import DATABASE_URL, RUN_ID
+from tests.integration.sql_repository_checks import check_a_stale_token_next_to_the_current_one_is_lease_lost
 from tests.postgres_fixtures import empty_tables, schema_name, temporary_repository
 
 pytestmark = pytest.mark.postgres
@@ -540,15 +541,4 @@ def test_complete_many_is_one_fenced_statement_with_per_item_outcomes(repo: Post
 def test_complete_many_reports_a_stale_token_next_to_the_current_one_as_lease_lost(
     repo: PostgresJobRepository, clock: FakeClock
 ) -> None:
-    job = repo.enqueue(_job(clock), now=clock.now()).job
-    stale = repo.lease(queues=None, worker_id="a", now=clock.now(), lease_timeout=60)[0]
-    clock.advance(61)
-    assert [j.id for j in repo.reap(now=clock.now())] == [job.id]
-    current = repo.lease(queues=None, worker_id="b", now=clock.now(), lease_timeout=60)[0]
-    assert stale.lease_token != current.lease_token
-    outcomes = repo.complete_many(
-        [(job.id, stale.lease_token or ""), (job.id, current.lease_token or "")], now=clock.now()
-    )
-    assert isinstance(outcomes[0], LeaseLost) and outcomes[0].token == stale.lease_token
-    assert not isinstance(outcomes[1], LeaseLost) and outcomes[1].status is JobStatus.COMPLETED
-    assert repo.get(job.id).status is JobStatus.COMPLETED
+    check_a_stale_token_next_to_the_current_one_is_lease_lost(repo, clock, _job(clock))

@@ -17,10 +17,12 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, 
 from sqlalchemy.orm import Session
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import SqliteJobRepository, open_repository
-from tether.domain.errors import ConfigurationError, LeaseLost, PayloadError, StorageUnavailable, ValidationError
+from tether.domain.errors import ConfigurationError, PayloadError, StorageUnavailable, ValidationError
 from tether.domain.job import JobStatus
 from tether.domain.timeutil import to_micros
 from tether.domain.validation import prepare_job
+
+from tests.integration.sql_repository_checks import check_a_stale_token_next_to_the_current_one_is_lease_lost
 
 
 @pytest.fixture
@@ -72,13 +74,25 @@ def test_wal_mode_is_on(repo: SqliteJobRepository, db_path: Path) -> None:
         raw.close()
 
 
-def test_a_held_write_lock_is_storage_unavailable_never_an_empty_queue(db_path: Path, clock: FakeClock) -> None:
+def _impatient_repo(db_path: Path, retry_attempts: int) -> SqliteJobRepository:
+    """A repository on ``db_path`` (tables created) that waits 50 ms for a lock, ``retry_attempts`` times."""
     repo = SqliteJobRepository.from_url(f"sqlite:///{db_path}", busy_timeout=0.05)
-    repo.retry_attempts = 3
+    repo.retry_attempts = retry_attempts
     repo.create_schema()
+    return repo
+
+
+def _hold_write_lock(db_path: Path, check_same_thread: bool = True) -> sqlite3.Connection:
+    """A connection of its own holding ``db_path``'s write lock (BEGIN IMMEDIATE), as another process would."""
+    blocker = sqlite3.connect(db_path, isolation_level=None, check_same_thread=check_same_thread)
+    blocker.execute("BEGIN IMMEDIATE")
+    return blocker
+
+
+def test_a_held_write_lock_is_storage_unavailable_never_an_empty_queue(db_path: Path, clock: FakeClock) -> None:
+    repo = _impatient_repo(db_path, retry_attempts=3)
     job = repo.enqueue(_job(clock), now=clock.now()).job
-    blocker = sqlite3.connect(db_path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    blocker = _hold_write_lock(db_path)
     try:
         with pytest.raises(StorageUnavailable) as info:
             repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)
@@ -93,12 +107,9 @@ def test_a_held_write_lock_is_storage_unavailable_never_an_empty_queue(db_path: 
 
 
 def test_a_lock_released_during_the_retries_is_waited_out(db_path: Path, clock: FakeClock) -> None:
-    repo = SqliteJobRepository.from_url(f"sqlite:///{db_path}", busy_timeout=0.05)
-    repo.retry_attempts = 40
-    repo.create_schema()
+    repo = _impatient_repo(db_path, retry_attempts=40)
     job = repo.enqueue(_job(clock), now=clock.now()).job
-    blocker = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-    blocker.execute("BEGIN IMMEDIATE")
+    blocker = _hold_write_lock(db_path, check_same_thread=False)  # released by the timer's thread
     timer = threading.Timer(0.3, lambda: (blocker.execute("ROLLBACK"), blocker.close()))
     timer.start()
     try:
@@ -347,15 +358,4 @@ def _try(call: Any) -> Any:
 def test_complete_many_reports_a_stale_token_next_to_the_current_one_as_lease_lost(
     repo: SqliteJobRepository, clock: FakeClock
 ) -> None:
-    job = repo.enqueue(_job(clock), now=clock.now()).job
-    stale = repo.lease(queues=None, worker_id="a", now=clock.now(), lease_timeout=60)[0]
-    clock.advance(61)
-    assert [j.id for j in repo.reap(now=clock.now())] == [job.id]
-    current = repo.lease(queues=None, worker_id="b", now=clock.now(), lease_timeout=60)[0]
-    assert stale.lease_token != current.lease_token
-    outcomes = repo.complete_many(
-        [(job.id, stale.lease_token or ""), (job.id, current.lease_token or "")], now=clock.now()
-    )
-    assert isinstance(outcomes[0], LeaseLost) and outcomes[0].token == stale.lease_token
-    assert not isinstance(outcomes[1], LeaseLost) and outcomes[1].status is JobStatus.COMPLETED
-    assert repo.get(job.id).status is JobStatus.COMPLETED
+    check_a_stale_token_next_to_the_current_one_is_lease_lost(repo, clock, _job(clock))

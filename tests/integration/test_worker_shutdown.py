@@ -20,15 +20,17 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher
-from tether.domain.job import JobStatus
+from tether.domain.job import Job, JobStatus
 from tether.domain.transitions import RELEASED_ERROR
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.service import Tether
+from tether.entrypoints.worker import WorkerPool
 
 from tests.conftest import wait_for
 
@@ -36,6 +38,29 @@ from tests.conftest import wait_for
 def make_app() -> Tether:
     repo, clock = InMemoryJobRepository(), SystemClock()
     return Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock)
+
+
+class StuckPool(NamedTuple):
+    """One job whose handler sets ``started`` and then sleeps 60 s cooperatively, and a one-thread
+    pool (not started) with a 120 s drain deadline: only a second stop request ends its drain early."""
+
+    app: Tether
+    job: Job
+    pool: WorkerPool
+    started: threading.Event
+
+
+def stuck_pool() -> StuckPool:
+    app = make_app()
+    started = threading.Event()
+
+    @app.handler("stuck")
+    def stuck(payload: dict, ctx: JobContext) -> None:
+        started.set()
+        ctx.sleep(60)
+
+    job = app.enqueue("stuck", {}).job
+    return StuckPool(app, job, app.worker(concurrency=1, lease_timeout=30, drain_timeout=120, reap_interval=30), started)
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
@@ -112,16 +137,7 @@ def test_stop_before_the_deadline_when_everything_finishes() -> None:
 
 def test_a_second_signal_ends_the_drain_at_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="tether.worker")
-    app = make_app()
-    gate = threading.Event()
-
-    @app.handler("stuck")
-    def stuck(payload: dict, ctx: JobContext) -> None:
-        gate.set()
-        ctx.sleep(60)
-
-    job = app.enqueue("stuck", {}).job
-    pool = app.worker(concurrency=1, lease_timeout=30, drain_timeout=120, reap_interval=30)
+    app, job, pool, gate = stuck_pool()
     result: list[object] = []
     runner = threading.Thread(target=lambda: result.append(pool.run(install_signal_handlers=False)))
     runner.start()
@@ -216,16 +232,7 @@ def test_c16_a_real_process_exits_shortly_after_sigterm(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
 def test_a_second_sigint_during_the_drain_releases_at_once() -> None:
-    app = make_app()
-    gate = threading.Event()
-
-    @app.handler("stuck")
-    def stuck(payload: dict, ctx: JobContext) -> None:
-        gate.set()
-        ctx.sleep(60)
-
-    job = app.enqueue("stuck", {}).job
-    pool = app.worker(concurrency=1, lease_timeout=30, drain_timeout=120, reap_interval=30)
+    app, job, pool, gate = stuck_pool()
     observed: dict[str, object] = {}
 
     def operator() -> None:

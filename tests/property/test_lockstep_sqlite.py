@@ -6,23 +6,16 @@ the same error, and after every step both stores must hold the same jobs with th
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
 from hypothesis import settings
 from tether.adapters.memory import InMemoryJobRepository
-from tether.adapters.sqlalchemy import SqliteJobRepository, open_repository
+from tether.adapters.sqlalchemy import SqliteJobRepository
 from tether.ports.repository import JobRepository
 from tether.testing.statemachine import DEFAULT_SETTINGS, LockstepStateMachine
 
-pytestmark = pytest.mark.slow
+from tests.property.scratch_sqlite import close_scratch_sqlite, open_scratch_sqlite
 
-#: Database files go to a RAM-backed directory when there is one: these tests check what the
-#: repository does, not durability, and fsync on a disk would be most of their time.
-_SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+pytestmark = pytest.mark.slow
 
 
 class MemoryVsSqlite(LockstepStateMachine):
@@ -33,15 +26,13 @@ class MemoryVsSqlite(LockstepStateMachine):
         return InMemoryJobRepository()
 
     def make_right(self) -> JobRepository:
-        self.directory = tempfile.mkdtemp(prefix="tether-lockstep-", dir=_SCRATCH)
-        repository = open_repository(f"sqlite:///{Path(self.directory) / 'tether.db'}")
-        assert isinstance(repository, SqliteJobRepository)
-        return repository
+        return open_scratch_sqlite("tether-lockstep-")
 
     def close_repository(self, repository: JobRepository) -> None:
-        repository.close()
         if isinstance(repository, SqliteJobRepository):
-            shutil.rmtree(self.directory, ignore_errors=True)
+            close_scratch_sqlite(repository)
+        else:
+            repository.close()
 
 
 TestMemoryVsSqliteLockstep = MemoryVsSqlite.test_case()
