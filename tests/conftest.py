@@ -26,7 +26,9 @@ DATABASE_URL = os.environ.get("TETHER_TEST_DATABASE_URL", "postgresql+psycopg://
 REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 REQUIRE_SERVICES = os.environ.get("TETHER_REQUIRE_SERVICES") == "1"
 #: Unique per test run: PostgreSQL schemas and Redis key prefixes carry it so runs never collide.
-RUN_ID = uuid.uuid4().hex[:10]
+#: Kept in the environment because pytest loads this file as ``conftest`` while test modules import
+#: it again as ``tests.conftest``: both copies (and subprocesses) must agree on one value.
+RUN_ID = os.environ.setdefault("TETHER_TEST_RUN_ID", uuid.uuid4().hex[:10])
 
 
 def service_unavailable(what: str, reason: str) -> None:
