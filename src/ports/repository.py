@@ -205,8 +205,9 @@ class JobRepository(Protocol):
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
         """Take back up to ``limit`` running jobs whose own lease expired at or before ``now``
-        (retrying, or dead when out of attempts).  Each write is a compare-and-set on the lease
-        it read.  Returns the jobs as written."""
+        (retrying, or dead when out of attempts: the rows :func:`~tether.domain.transitions.reap`
+        makes), oldest expiry first (then id).  Each write is a compare-and-set on the lease it
+        read.  Returns the jobs as written, in that order; ``limit`` below 1 takes nothing."""
         ...
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:

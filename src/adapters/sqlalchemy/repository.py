@@ -978,11 +978,17 @@ class SqlAlchemyJobRepository(JobRepository):
                 reaped.append(row_to_job(written))
         return reaped
 
+    #: Whether :meth:`_reap_rows` is one statement (run as its own transaction where allowed).
+    _reap_rows_single: bool = False
+
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
         """Take back running jobs whose lease expired at or before ``now`` (compare-and-set on the
-        token read).  Safe to retry: a repeat finds only leases still expired."""
+        token read).  Safe to retry: a repeat finds only leases still expired.  ``limit`` below 1
+        takes nothing."""
         now = ensure_utc(now, "now")
-        return self._write("reap expired leases", lambda c: self._reap_rows(c, now, limit))
+        if limit < 1:
+            return []
+        return self._write("reap expired leases", lambda c: self._reap_rows(c, now, limit), single=self._reap_rows_single)
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:
         """Manual retry: a dead job back to ``queued`` with attempts 0.  Raises JobNotFound, InvalidTransition."""
