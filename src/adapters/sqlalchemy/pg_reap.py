@@ -77,8 +77,8 @@ def reap_statement(table: str, columns: tuple[str, ...]) -> str:
         f"finished_at = CASE WHEN {retry} THEN j.finished_at ELSE %(p_now)s END, "
         f"last_error = {REAP_ERROR_SQL}, "
         "lease_token = NULL, leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
-        "FROM expired WHERE j.id = expired.id AND j.status = 'running' "
-        "AND j.lease_token = expired.lease_token AND j.lease_expires_at <= %(p_now)s "
+        "FROM expired WHERE j.id = expired.id AND j.lease_token = expired.lease_token "
+        "AND j.lease_expires_at = expired.lease_expires_at "
         f"RETURNING {returning}, expired.lease_expires_at"
     )
 
