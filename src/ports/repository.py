@@ -199,7 +199,8 @@ class JobRepository(Protocol):
         ...
 
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
-        """Fenced: back to ``queued``, due now, attempt given back (shutdown).  Raises LeaseLost."""
+        """Fenced: back to ``queued``, due now, attempt given back, ``last_error`` left as it was
+        (shutdown is not a failure).  Raises LeaseLost."""
         ...
 
     # -- maintenance -------------------------------------------------------------------------

@@ -9,15 +9,19 @@ One pass takes back up to ``p_limit`` expired leases with one ``UPDATE``, whatev
         FOR UPDATE SKIP LOCKED)
     UPDATE tether_jobs AS j SET status = 'retrying' | 'dead', ... , lease columns = NULL
     FROM expired
-    WHERE j.id = expired.id AND j.status = 'running' AND j.lease_token = expired.lease_token
-      AND j.lease_expires_at <= :now
+    WHERE j.id = expired.id AND j.lease_token = expired.lease_token
+      AND j.lease_expires_at = expired.lease_expires_at
     RETURNING j.*, expired.lease_expires_at
 
 Fencing: ``expired`` locks each row it returns, so nothing can write the row between the read and
 the write.  A row another transaction holds (a heartbeat, a completion, another reaper) is skipped,
-and one changed and committed after the statement's snapshot is re-checked on its newest version
-(a renewed lease no longer qualifies).  The outer ``WHERE`` is the compare-and-set on the lease
-that was read, as every reaper write is (DESIGN "Leases and fencing").
+not waited for, and one changed and committed after the statement's snapshot is re-checked on its
+newest version (a renewed lease no longer qualifies).  The outer ``WHERE`` is besides a
+compare-and-set on the lease that was read (token and expiry; a token is only ever set on a
+running row), as every reaper write is (DESIGN "Leases and fencing"): the statement stays correct
+even without the lock, a concurrent writer's change then fails it.  It names no ``status`` on
+purpose: that would let the planner walk the running-expiry index for the outer row instead of the
+primary key, once per expired row, when its statistics are stale.
 
 The row written is exactly what :func:`~tether.domain.transitions.reap` makes of it, decided on the
 locked row: ``retrying`` due at ``now`` while ``attempts < max_attempts`` (``finished_at`` kept,

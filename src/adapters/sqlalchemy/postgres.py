@@ -29,6 +29,8 @@
   key (the jobs are built from the requests; only existing keys are read back);
   :meth:`complete_many` flushes many fenced completions in one ``UPDATE ... FROM unnest(ids,
   tokens)``, each still a compare-and-set with its own outcome.
+- **Reaper**: one pass of up to ``limit`` expired leases is one ``UPDATE ... FROM (SELECT ... FOR
+  UPDATE SKIP LOCKED)`` computing :func:`~tether.domain.transitions.reap` in SQL (:mod:`.pg_reap`).
 - **Connection loss**: the pool pings a connection on checkout when it sat idle for more than
   :data:`PING_IF_IDLE` s (busy connections skip the extra round trip).  A transaction that failed
   before its COMMIT was sent rolled back, so it is retried with backoff; reads, leases, reaps and
