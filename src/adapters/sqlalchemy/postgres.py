@@ -571,8 +571,7 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         if sql is None:
             sql = self._statements["reap"] = pg_reap.reap_statement(self._qualified_table, _JOB_COLUMNS)
         rows = conn.exec_driver_sql(sql, {"p_now": now, "p_limit": limit}).all()
-        rows.sort(key=lambda row: (row[-1], row[0]))
-        return [_job_from_tuple(row) for row in rows]
+        return [_job_from_tuple(row) for row in sorted(rows, key=lambda row: (row[-1], row[0]))]
 
 
 __all__ = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -245,29 +246,6 @@ class RetryContract(ContractSupport):
         assert [repository.get(j.id) for j in untouched] == untouched
         assert repository.reap(now=end) == []
 
-    def test_concurrent_reapers_take_each_expired_lease_once(self, repository: JobRepository, clock: FakeClock) -> None:
-        for _ in range(self.reap_race_jobs):
-            self.add(repository, clock)
-        leased = repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=self.reap_race_jobs)
-        now = clock.advance(60)
-        taken: list[list[int]] = [[] for _ in range(4)]
-        errors: list[BaseException] = []
-        start = threading.Barrier(len(taken))
-
-        def reaper(mine: list[int]) -> None:
-            try:
-                start.wait()
-                while batch := repository.reap(now=now, limit=3):
-                    mine.extend(j.id for j in batch)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        self.run_threads([lambda mine=mine: reaper(mine) for mine in taken])  # type: ignore[misc]
-        assert not errors, errors
-        every = [job_id for mine in taken for job_id in mine]
-        assert sorted(every) == sorted(j.id for j in leased)  # each once: none twice, none missed
-        assert repository.count_by_status()[JobStatus.RETRYING] == len(leased)
-
     def test_reaper_sends_a_job_out_of_attempts_to_dead(self, repository: JobRepository, clock: FakeClock) -> None:
         # C05 at repository level: lease -> the worker dies -> reaper, three times.
         job = self.add(repository, clock, max_attempts=3)
@@ -300,6 +278,38 @@ class RetryContract(ContractSupport):
         assert repository.reap(now=clock.now()) == []
         assert repository.get(job.id) == done
 
+    @staticmethod
+    def _reaper_thread(
+        repository: JobRepository, now: datetime, start: threading.Barrier, into: list[int],
+        errors: list[BaseException],
+    ) -> Callable[[], None]:
+        """A thread body: wait at ``start``, then reap at ``now`` in passes of 3 until a pass takes
+        nothing, adding the ids taken to ``into`` and any exception to ``errors``."""
+
+        def run() -> None:
+            try:
+                start.wait()
+                while batch := repository.reap(now=now, limit=3):
+                    into.extend(j.id for j in batch)
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                errors.append(exc)
+
+        return run
+
+    def test_concurrent_reapers_take_each_expired_lease_once(self, repository: JobRepository, clock: FakeClock) -> None:
+        for _ in range(self.reap_race_jobs):
+            self.add(repository, clock)
+        leased = repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=self.reap_race_jobs)
+        now = clock.advance(60)
+        taken: list[list[int]] = [[] for _ in range(4)]
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(taken))
+        self.run_threads([self._reaper_thread(repository, now, start, mine, errors) for mine in taken])
+        assert not errors, errors
+        every = [job_id for mine in taken for job_id in mine]
+        assert sorted(every) == sorted(j.id for j in leased)  # each once: none twice, none missed
+        assert repository.count_by_status()[JobStatus.RETRYING] == len(leased)
+
     def test_reaper_and_holders_racing_never_both_win(self, repository: JobRepository, clock: FakeClock) -> None:
         # Every lease has expired; the holders complete while the reaper runs.  For each job exactly
         # one side wins: a holder whose complete succeeded is never reaped, and a reaped job's
@@ -314,14 +324,7 @@ class RetryContract(ContractSupport):
         lost_ids: list[int] = []
         errors: list[BaseException] = []
         start = threading.Barrier(2)
-
-        def reaper() -> None:
-            try:
-                start.wait()
-                while batch := repository.reap(now=now, limit=3):
-                    reaped_ids.extend(j.id for j in batch)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
+        reaper = self._reaper_thread(repository, now, start, reaped_ids, errors)
 
         def holders() -> None:
             try:
