@@ -958,6 +958,10 @@ class SqlAlchemyJobRepository(JobRepository):
         return list(conn.execute(self._expired_select(now, limit)))
 
     def _reap_rows(self, conn: Connection, now: datetime, limit: int) -> list[Job]:
+        """One reaper pass in the transaction of ``conn``: read up to ``limit`` expired leases, then
+        write each as :func:`~tether.domain.transitions.reap` makes it, under a compare-and-set on
+        the token read and the expiry (SQLite holds the write lock throughout; PostgreSQL
+        overrides this with one statement).  The jobs as written, oldest expiry first."""
         t = self.table
         reaped: list[Job] = []
         for row in self._expired_rows(conn, now, limit):
