@@ -279,6 +279,8 @@ class InMemoryJobRepository(JobRepository):
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
         now = ensure_utc(now, "now")
         reaped: list[Job] = []
+        if limit < 1:
+            return reaped
         with self._lock:
             expired = sorted(
                 (j for j in (self._jobs[i] for i in self._running) if j.lease_expired(now)),

@@ -16,7 +16,8 @@ running     :func:`fail` (holder)                           retrying, or dead wh
                                                             or no retry is given
 running     :func:`dead_letter` (holder)                    dead
 running     :func:`heartbeat` (holder)                      running, lease extended
-running     :func:`release` (holder, at shutdown)           queued, attempt given back
+running     :func:`release` (holder, at shutdown)           queued, attempt given back,
+                                                            last_error kept
 running     :func:`reap` (lease expired)                    retrying, or dead
 dead        :func:`retry_dead` (an operator)                queued, attempts 0
 ==========  ==============================================  =====================
@@ -123,24 +124,17 @@ def heartbeat(job: Job, *, token: str, now: datetime, lease_timeout: float) -> J
     return attrs.evolve(job, lease_expires_at=expires)
 
 
-RELEASED_ERROR = "released at shutdown before it finished; the attempt was given back"
-
-
 def release(job: Job, *, token: str, now: datetime) -> Job:
     """Hand a running job back at shutdown: ``queued``, due at ``now``, lease cleared.
 
     The interrupted attempt is given back (``attempts - 1``): stopping a worker is not the job's
-    failure, and a job must not go dead because of deploys.  Raises LeaseLost.
+    failure, and a job must not go dead because of deploys.  For the same reason ``last_error``
+    is left as it was: it holds the job's last real failure (or None), never a note about the
+    release, so a released job that later completes does not read as having failed.
+    Raises LeaseLost.
     """
     check_fence(job, token)
-    return attrs.evolve(
-        job,
-        status=JobStatus.QUEUED,
-        attempts=max(job.attempts - 1, 0),
-        scheduled_at=now,
-        last_error=RELEASED_ERROR,
-        **_NO_LEASE,
-    )
+    return attrs.evolve(job, status=JobStatus.QUEUED, attempts=max(job.attempts - 1, 0), scheduled_at=now, **_NO_LEASE)
 
 
 def reap_error(job: Job) -> str:

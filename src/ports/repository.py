@@ -199,14 +199,16 @@ class JobRepository(Protocol):
         ...
 
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
-        """Fenced: back to ``queued``, due now, attempt given back (shutdown).  Raises LeaseLost."""
+        """Fenced: back to ``queued``, due now, attempt given back, ``last_error`` left as it was
+        (shutdown is not a failure).  Raises LeaseLost."""
         ...
 
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
         """Take back up to ``limit`` running jobs whose own lease expired at or before ``now``
-        (retrying, or dead when out of attempts).  Each write is a compare-and-set on the lease
-        it read.  Returns the jobs as written."""
+        (retrying, or dead when out of attempts: the rows :func:`~tether.domain.transitions.reap`
+        makes), oldest expiry first (then id).  Each write is a compare-and-set on the lease it
+        read.  Returns the jobs as written, in that order; ``limit`` below 1 takes nothing."""
         ...
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:

@@ -13,7 +13,7 @@ The rules, restated:
 - holder writes need the job ``running`` under exactly that token, else "lease lost":
   complete -> completed; fail -> retrying at ``retry_at`` if given and attempts < max, else dead;
   dead letter -> dead; heartbeat -> expiry ``max(old, now + timeout)``; release -> queued, due now,
-  attempts - 1.
+  attempts - 1, the last error (or none) kept.
 - reap: running jobs whose expiry <= now -> retrying due now (attempts < max) or dead.
 - retry_dead: dead -> queued, attempts 0, due now.  purge: completed/dead with finished_at < cutoff
   are deleted and free their keys.
@@ -42,7 +42,7 @@ class ModelNotFound(Exception):
 
 @dataclass
 class ModelJob:
-    """The model's view of one job.  ``has_error`` None means "the port leaves it open"."""
+    """The model's view of one job (``has_error``: whether ``last_error`` is set)."""
 
     ordinal: int
     queue: str
@@ -56,7 +56,7 @@ class ModelJob:
     token: str | None = None
     worker: str | None = None
     lease_expires_at: datetime | None = None
-    has_error: bool | None = False
+    has_error: bool = False
     finished_at: datetime | None = None
 
     def due(self, now: datetime) -> bool:
@@ -153,8 +153,7 @@ class JobModel:
     def release(self, ordinal: int, token: str, *, now: datetime) -> ModelJob:
         job = self._holder(ordinal, token)
         job.status, job.scheduled_at = QUEUED, now
-        job.attempts -= 1
-        job.has_error = None  # the port does not say whether a release leaves a note
+        job.attempts -= 1  # has_error unchanged: a release is not a failure
         job._drop_lease()
         return job
 

@@ -170,9 +170,8 @@ class RepositoryStateMachine(_MachineBase):
         got: dict[str, Any] = {name: getattr(job, name) for name in want if name not in ("status", "payload")}
         got["status"] = job.status.value
         got["payload"] = job.payload
-        if model.has_error is not None:
-            want["has last_error"] = model.has_error
-            got["has last_error"] = job.last_error is not None
+        want["has last_error"] = model.has_error
+        got["has last_error"] = job.last_error is not None
         diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
         assert not diff, f"job #{model.ordinal} (repository, model) differ: {diff}"
         assert job.attempts <= job.max_attempts

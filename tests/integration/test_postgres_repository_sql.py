@@ -16,7 +16,7 @@ from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, event, insert, select, text
 from sqlalchemy.orm import Session
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
@@ -542,3 +542,61 @@ def test_complete_many_reports_a_stale_token_next_to_the_current_one_as_lease_lo
     repo: PostgresJobRepository, clock: FakeClock
 ) -> None:
     check_a_stale_token_next_to_the_current_one_is_lease_lost(repo, clock, _job(clock))
+
+
+
+# -- the reaper: one statement per pass ------------------------------------------------------------
+def test_a_reap_pass_is_one_statement_whatever_the_number_of_expired_leases(
+    repo: PostgresJobRepository, clock: FakeClock
+) -> None:
+    for i in range(30):
+        repo.enqueue(_job(clock, {"i": i}), now=clock.now())
+    repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=30)
+    now = clock.advance(60)
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    event.listen(repo.engine, "before_cursor_execute", record)
+    try:
+        reaped = repo.reap(now=now, limit=25)
+    finally:
+        event.remove(repo.engine, "before_cursor_execute", record)
+    assert len(reaped) == 25
+    assert len(statements) == 1 and statements[0].startswith("WITH expired AS"), statements
+    assert len(repo.reap(now=now, limit=25)) == 5
+
+
+def test_the_reaper_skips_a_lease_being_renewed_or_completed_and_does_not_wait(
+    repo: PostgresJobRepository, clock: FakeClock
+) -> None:
+    # A heartbeat (job 1) and a completion (job 2) are in flight: written by another transaction,
+    # not yet committed, when the reaper runs.  The reaper takes back only job 3 without waiting
+    # for them; once they commit, job 1 runs on under its renewed lease and job 2 is completed.
+    jobs = [repo.enqueue(_job(clock, {"i": i}), now=clock.now()).job for i in range(3)]
+    leased = {j.id: j for j in repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=3)}
+    now = clock.advance(60)
+    table = f'"{SCHEMA}".tether_jobs'
+    holder = create_engine(normalize_postgres_url(DATABASE_URL))
+    outcome: list[Any] = []
+    try:
+        with holder.connect() as conn, conn.begin():
+            conn.execute(text(f"UPDATE {table} SET lease_expires_at = :expires WHERE id = :id AND lease_token = :token"),
+                         {"expires": now + timedelta(seconds=60), "id": jobs[0].id, "token": leased[jobs[0].id].lease_token})
+            conn.execute(text(f"UPDATE {table} SET status = 'completed', finished_at = :now, lease_token = NULL, "
+                              "leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
+                              "WHERE id = :id AND lease_token = :token"),
+                         {"now": now, "id": jobs[1].id, "token": leased[jobs[1].id].lease_token})
+            reaper = threading.Thread(target=lambda: outcome.append(repo.reap(now=now)), daemon=True)
+            reaper.start()
+            reaper.join(60)
+            assert not reaper.is_alive(), "the reaper waited for rows another transaction holds"
+        assert [(j.id, j.status) for j in outcome[0]] == [(jobs[2].id, JobStatus.RETRYING)]
+        renewed = repo.get(jobs[0].id)
+        assert renewed.status is JobStatus.RUNNING and renewed.lease_token == leased[jobs[0].id].lease_token
+        assert renewed.lease_expires_at == now + timedelta(seconds=60)
+        assert repo.get(jobs[1].id).status is JobStatus.COMPLETED
+        assert repo.reap(now=now) == []
+    finally:
+        holder.dispose()

@@ -359,3 +359,24 @@ def test_complete_many_reports_a_stale_token_next_to_the_current_one_as_lease_lo
     repo: SqliteJobRepository, clock: FakeClock
 ) -> None:
     check_a_stale_token_next_to_the_current_one_is_lease_lost(repo, clock, _job(clock))
+
+
+
+def test_reaper_write_is_a_compare_and_set_on_the_lease_it_read(
+    repo: SqliteJobRepository, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reaper reads expired leases, then a heartbeat (job 1) and a completion (job 2) land
+    # before its write: the write must leave both alone and take back only job 3.
+    jobs = [repo.enqueue(_job(clock, {"i": i}), now=clock.now()).job for i in range(3)]
+    leased = {j.id: j for j in repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=3)}
+    now = clock.advance(60)
+    with repo.engine.connect() as conn:
+        read_before = repo._expired_rows(conn, now, 100)
+    assert [row.id for row in read_before] == [j.id for j in jobs]
+    beating = repo.heartbeat(jobs[0].id, leased[jobs[0].id].lease_token or "", now=now, lease_timeout=60)
+    done = repo.complete(jobs[1].id, leased[jobs[1].id].lease_token or "", now=now)
+    monkeypatch.setattr(repo, "_expired_rows", lambda conn, now, limit: read_before)
+    reaped = repo.reap(now=now)
+    assert [(j.id, j.status) for j in reaped] == [(jobs[2].id, JobStatus.RETRYING)]
+    assert repo.get(jobs[0].id) == beating and beating.status is JobStatus.RUNNING
+    assert repo.get(jobs[1].id) == done

@@ -18,7 +18,6 @@ from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher
 from tether.domain.job import JobStatus
-from tether.domain.transitions import RELEASED_ERROR
 from tether.entrypoints import worker as worker_module
 from tether.entrypoints.service import EnqueueRequest, Tether
 
@@ -67,7 +66,7 @@ def test_prefetched_jobs_are_released_unstarted_at_shutdown_and_the_running_one_
     for job_id in quick_ids:
         job = app.get(job_id)
         assert job.status is JobStatus.QUEUED and job.attempts == 0 and job.lease_token is None
-        assert job.last_error == RELEASED_ERROR
+        assert job.last_error is None  # handed back, not failed
     assert app.counts()[JobStatus.COMPLETED] == 2
     app.close()
 

@@ -302,6 +302,22 @@ def test_reap_takes_back_an_expired_lease(db: str) -> None:
     assert cli("reap", "--database-url", db).output.strip().startswith("reaped 0")
 
 
+def test_jobs_show_of_a_job_released_at_shutdown_then_completed_shows_no_error(db: str) -> None:
+    job_id = cli_json("enqueue", "deploy.survivor", "--database-url", db)["job"]["id"]
+    tether_app = connect(db)
+    try:  # a worker leased it and was stopped past its drain deadline: the job was released
+        (leased,) = tether_app.repository.lease(queues=None, worker_id="old", now=datetime.now(timezone.utc),
+                                                 lease_timeout=60.0)
+        tether_app.repository.release(job_id, leased.lease_token or "", now=datetime.now(timezone.utc))
+    finally:
+        tether_app.close()
+    released = cli_json("jobs", "show", str(job_id), "--database-url", db)
+    assert (released["status"], released["attempts"], released["last_error"]) == ("queued", 0, None)
+    _run_until_idle(db, {"deploy.survivor": lambda payload: None})
+    done = cli_json("jobs", "show", str(job_id), "--database-url", db)
+    assert (done["status"], done["attempts"], done["last_error"]) == ("completed", 1, None)
+
+
 def test_db_init_creates_the_tables_and_is_idempotent(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     for _ in range(2):

@@ -93,9 +93,18 @@ def test_heartbeat_extends_and_never_shortens() -> None:
 def test_release_gives_the_attempt_back() -> None:
     job = transitions.release(running(max_attempts=1), token="a" * 32, now=at(5))
     assert job.status is JobStatus.QUEUED and job.attempts == 0 and job.scheduled_at == at(5)
-    assert job.lease_token is None and job.last_error == transitions.RELEASED_ERROR
+    assert job.lease_token is None and job.last_error is None
     again = transitions.lease(job, now=at(5), token="b" * 32, worker_id="w", lease_timeout=60)
     assert again.attempts == 1
+
+
+def test_release_keeps_the_last_real_failure_and_writes_no_note_of_its_own() -> None:
+    failed = transitions.fail(running(), token="a" * 32, now=at(1), error="ValueError: one", retry_at=at(2))
+    second = transitions.lease(failed, now=at(2), token="b" * 32, worker_id="w", lease_timeout=60)
+    released = transitions.release(second, token="b" * 32, now=at(3))
+    assert released.last_error == "ValueError: one"
+    third = transitions.lease(released, now=at(3), token="c" * 32, worker_id="w", lease_timeout=60)
+    assert transitions.complete(third, token="c" * 32, now=at(4)).last_error == "ValueError: one"
 
 
 def test_reap_only_after_expiry() -> None:

@@ -29,6 +29,8 @@
   key (the jobs are built from the requests; only existing keys are read back);
   :meth:`complete_many` flushes many fenced completions in one ``UPDATE ... FROM unnest(ids,
   tokens)``, each still a compare-and-set with its own outcome.
+- **Reaper**: one pass of up to ``limit`` expired leases is one ``UPDATE ... FROM (SELECT ... FOR
+  UPDATE SKIP LOCKED)`` computing :func:`~tether.domain.transitions.reap` in SQL (:mod:`.pg_reap`).
 - **Connection loss**: the pool pings a connection on checkout when it sat idle for more than
   :data:`PING_IF_IDLE` s (busy connections skip the extra round trip).  A transaction that failed
   before its COMMIT was sent rolled back, so it is retried with backoff; reads, leases, reaps and
@@ -61,7 +63,7 @@ from sqlalchemy import Text, cast, create_engine, event, func, literal, select, 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
-from tether.adapters.sqlalchemy import pg_bulk
+from tether.adapters.sqlalchemy import pg_bulk, pg_reap
 from tether.adapters.sqlalchemy.mapping import inserted_job, row_to_job
 from tether.adapters.sqlalchemy.pg_driver import autocommit_connection
 from tether.adapters.sqlalchemy.repository import (
@@ -558,9 +560,18 @@ class PostgresJobRepository(SqlAlchemyJobRepository):
         )
         return list(conn.execute(stmt))
 
-    def _expired_rows(self, conn: Connection, now: datetime, limit: int) -> list[Row[Any]]:
-        """As the base class, skipping rows another reaper (or a fenced write) holds locked."""
-        return list(conn.execute(self._expired_select(now, limit).with_for_update(skip_locked=True)))
+    _reap_rows_single = True
+
+    def _reap_rows(self, conn: Connection, now: datetime, limit: int) -> list[Job]:
+        """One reaper pass as **one** statement (:func:`.pg_reap.reap_statement`): up to ``limit``
+        expired leases locked (skipping rows others hold), each written as
+        :func:`~tether.domain.transitions.reap` would, under a compare-and-set on the lease read.
+        The jobs as written, in the order of their expiry, then id."""
+        sql = self._statements.get("reap")
+        if sql is None:
+            sql = self._statements["reap"] = pg_reap.reap_statement(self._qualified_table, _JOB_COLUMNS)
+        rows = conn.exec_driver_sql(sql, {"p_now": now, "p_limit": limit}).all()
+        return [_job_from_tuple(row) for row in sorted(rows, key=lambda row: (row[-1], row[0]))]
 
 
 __all__ = [

@@ -7,8 +7,10 @@ Every rule of :mod:`tether.domain.transitions` is applied as one compare-and-set
   RETURNING *``; no row back means :class:`~tether.domain.errors.LeaseLost` and nothing changed;
 - ``fail`` decides retrying vs dead in SQL (``attempts < max_attempts`` and a ``retry_at``
   given), so the decision uses the row as it is at the moment of the write;
-- the reaper reads expired leases and writes each one with a compare-and-set on the token it read
-  (and on the expiry), so a job completed or re-leased in between is left alone;
+- the reaper writes each expired lease with a compare-and-set on the token and expiry it read, so
+  a job completed, renewed or re-leased in between is left alone: here (SQLite) one read, then one
+  write per lease, in one transaction; PostgreSQL overrides it with one statement per pass
+  (:mod:`.pg_reap`);
 - a lease takes due jobs (``queued``/``retrying``, ``scheduled_at <= now``,
   ``attempts < max_attempts``) in lease order (priority DESC, scheduled_at, id).
 
@@ -767,7 +769,6 @@ class SqlAlchemyJobRepository(JobRepository):
                 "status": JobStatus.QUEUED.value,
                 "attempts": case((t.c.attempts > 0, t.c.attempts - 1), else_=0),
                 "scheduled_at": now,
-                "last_error": transitions.RELEASED_ERROR,
                 **self._no_lease,
             }
         else:  # pragma: no cover - programming error
@@ -934,12 +935,12 @@ class SqlAlchemyJobRepository(JobRepository):
         return self._fenced("heartbeat", job_id, token, {"p_expires": expires}, "extend a lease", lambda r: False)
 
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
-        """Fenced: back to ``queued`` due ``now``, the attempt given back.  Raises LeaseLost."""
+        """Fenced: back to ``queued`` due ``now``, the attempt given back, ``last_error`` kept.
+        Raises LeaseLost."""
         now = ensure_utc(now, "now")
         return self._fenced(
             "release", job_id, token, {"p_now": now}, "release a job",
-            lambda r: r.status == JobStatus.QUEUED.value and r.scheduled_at == now
-            and r.last_error == transitions.RELEASED_ERROR,
+            lambda r: r.status == JobStatus.QUEUED.value and r.scheduled_at == now,
         )
 
     # -- maintenance -----------------------------------------------------------------------------
@@ -957,6 +958,10 @@ class SqlAlchemyJobRepository(JobRepository):
         return list(conn.execute(self._expired_select(now, limit)))
 
     def _reap_rows(self, conn: Connection, now: datetime, limit: int) -> list[Job]:
+        """One reaper pass in the transaction of ``conn``: read up to ``limit`` expired leases, then
+        write each as :func:`~tether.domain.transitions.reap` makes it, under a compare-and-set on
+        the token read and the expiry (SQLite holds the write lock throughout; PostgreSQL
+        overrides this with one statement).  The jobs as written, oldest expiry first."""
         t = self.table
         reaped: list[Job] = []
         for row in self._expired_rows(conn, now, limit):
@@ -978,11 +983,17 @@ class SqlAlchemyJobRepository(JobRepository):
                 reaped.append(row_to_job(written))
         return reaped
 
+    #: Whether :meth:`_reap_rows` is one statement (run as its own transaction where allowed).
+    _reap_rows_single: bool = False
+
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
         """Take back running jobs whose lease expired at or before ``now`` (compare-and-set on the
-        token read).  Safe to retry: a repeat finds only leases still expired."""
+        token read).  Safe to retry: a repeat finds only leases still expired.  ``limit`` below 1
+        takes nothing."""
         now = ensure_utc(now, "now")
-        return self._write("reap expired leases", lambda c: self._reap_rows(c, now, limit))
+        if limit < 1:
+            return []
+        return self._write("reap expired leases", lambda c: self._reap_rows(c, now, limit), single=self._reap_rows_single)
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:
         """Manual retry: a dead job back to ``queued`` with attempts 0.  Raises JobNotFound, InvalidTransition."""

@@ -222,6 +222,25 @@ class LeaseContract(ContractSupport):
         with pytest.raises(LeaseLost):
             repository.heartbeat(job.id, self.token_of(leased), now=clock.now(), lease_timeout=self.lease_timeout)
 
+    def test_release_keeps_last_error_as_it_was_through_to_completion(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        # last_error is the last real failure: a release writes none, so a released job that then
+        # completes shows no error, and one that failed before shows that failure.
+        clean = self.add(repository, clock)
+        failing = self.add(repository, clock)
+        first = repository.lease_job(failing.id, worker_id="w", now=clock.now(), lease_timeout=60)
+        assert first is not None
+        repository.fail(failing.id, self.token_of(first), now=clock.now(), error="ValueError: one", retry_at=clock.now())
+        for job_id, want in ((clean.id, None), (failing.id, "ValueError: one")):
+            leased = repository.lease_job(job_id, worker_id="w", now=clock.now(), lease_timeout=60)
+            assert leased is not None
+            released = repository.release(job_id, self.token_of(leased), now=clock.now())
+            again = repository.lease_job(job_id, worker_id="w", now=clock.now(), lease_timeout=60)
+            assert again is not None
+            done = repository.complete(job_id, self.token_of(again), now=clock.now())
+            assert (released.last_error, done.last_error, repository.get(job_id).last_error) == (want, want, want)
+
     def test_release_gives_the_attempt_back_and_is_fenced(self, repository: JobRepository, clock: FakeClock) -> None:
         job = self.add(repository, clock, max_attempts=1)
         leased = self.lease_one(repository, clock)
@@ -233,6 +252,7 @@ class LeaseContract(ContractSupport):
         assert released.attempts == 0
         assert released.scheduled_at == clock.now()
         assert (released.lease_token, released.leased_by, released.lease_expires_at) == (None, None, None)
+        assert released.last_error is None  # a release is not a failure
         assert repository.get(job.id) == released
         with pytest.raises(LeaseLost):
             repository.complete(job.id, self.token_of(leased), now=clock.now())

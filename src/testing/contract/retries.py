@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 import pytest
 from tether.adapters.clock import FakeClock
@@ -13,6 +14,7 @@ from tether.domain.errors import InvalidTransition, JobNotFound, LeaseLost, Vali
 from tether.domain.failure import DEFAULT_MAX_ERROR_CHARS, describe_failure, sanitize_text
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
+from tether.domain.timeutil import UTC
 from tether.ports.repository import JobRepository
 from tether.testing.contract.support import MINUTE, ContractSupport
 
@@ -199,6 +201,51 @@ class RetryContract(ContractSupport):
         assert len(repository.reap(now=clock.now(), limit=10)) == 3
         assert repository.count_by_status()[JobStatus.RETRYING] == 5
 
+    def test_reaper_limit_below_one_takes_nothing(self, repository: JobRepository, clock: FakeClock) -> None:
+        job = self.add(repository, clock)
+        held = self.lease_one(repository, clock, lease_timeout=60)
+        clock.advance(60)
+        assert repository.reap(now=clock.now(), limit=0) == []
+        assert repository.reap(now=clock.now(), limit=-1) == []
+        assert repository.get(job.id) == held
+
+    def test_a_reap_pass_writes_exactly_the_domain_rule_for_each_expired_lease(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        # Every expired lease is written as transitions.reap makes it (status, scheduled_at,
+        # finished_at, the exact last_error text), and nothing else is touched.  The worker ids
+        # exercise the quoting of the error text; the expiries, its time format (with and
+        # without microseconds, four-digit years); max_attempts 1 goes dead, 2 retries.
+        workers = ["w-1", "it's", 'say "hi"', "both ' and \"", "back\\slash \\'", "ünï cødé ☃ 🙂", " spaced  ", "x" * 200]
+        starts = [datetime(5, 3, 1, tzinfo=UTC), datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC), clock.now()]
+        expired: list[Job] = []
+        for i, worker in enumerate(workers):
+            then = FakeClock(starts[i % len(starts)])
+            job = self.add(repository, then, max_attempts=1 + i % 2)
+            leased = repository.lease_job(job.id, worker_id=worker, now=then.now(), lease_timeout=(60, 60.5, 0.000001)[i % 3])
+            assert leased is not None
+            expired.append(leased)
+        end = datetime(2026, 6, 1, tzinfo=UTC)
+        clock.set(end - timedelta(seconds=30))
+        live = self.add(repository, clock)
+        live = repository.lease_job(live.id, worker_id="w-live", now=clock.now(), lease_timeout=31)
+        finished = self.add(repository, clock)
+        finished_lease = self.lease_one(repository, clock, lease_timeout=1)
+        finished = repository.complete(finished.id, self.token_of(finished_lease), now=clock.now())
+        waiting = self.add(repository, clock)
+        clock.set(end)
+        untouched = [live, finished, waiting]
+        want = [transitions.reap(j, now=end, token=self.token_of(j))
+                for j in sorted(expired, key=lambda j: (j.lease_expires_at, j.id))]
+        assert [j.status for j in want].count(JobStatus.DEAD) == 4  # both outcomes are covered
+
+        first = repository.reap(now=end, limit=3)
+        assert first == want[:3]
+        assert repository.reap(now=end, limit=100) == want[3:]
+        assert [repository.get(j.id) for j in want] == want
+        assert [repository.get(j.id) for j in untouched] == untouched
+        assert repository.reap(now=end) == []
+
     def test_reaper_sends_a_job_out_of_attempts_to_dead(self, repository: JobRepository, clock: FakeClock) -> None:
         # C05 at repository level: lease -> the worker dies -> reaper, three times.
         job = self.add(repository, clock, max_attempts=3)
@@ -231,6 +278,38 @@ class RetryContract(ContractSupport):
         assert repository.reap(now=clock.now()) == []
         assert repository.get(job.id) == done
 
+    @staticmethod
+    def _reaper_thread(
+        repository: JobRepository, now: datetime, start: threading.Barrier, into: list[int],
+        errors: list[BaseException],
+    ) -> Callable[[], None]:
+        """A thread body: wait at ``start``, then reap at ``now`` in passes of 3 until a pass takes
+        nothing, adding the ids taken to ``into`` and any exception to ``errors``."""
+
+        def run() -> None:
+            try:
+                start.wait()
+                while batch := repository.reap(now=now, limit=3):
+                    into.extend(j.id for j in batch)
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                errors.append(exc)
+
+        return run
+
+    def test_concurrent_reapers_take_each_expired_lease_once(self, repository: JobRepository, clock: FakeClock) -> None:
+        for _ in range(self.reap_race_jobs):
+            self.add(repository, clock)
+        leased = repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=self.reap_race_jobs)
+        now = clock.advance(60)
+        taken: list[list[int]] = [[] for _ in range(4)]
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(taken))
+        self.run_threads([self._reaper_thread(repository, now, start, mine, errors) for mine in taken])
+        assert not errors, errors
+        every = [job_id for mine in taken for job_id in mine]
+        assert sorted(every) == sorted(j.id for j in leased)  # each once: none twice, none missed
+        assert repository.count_by_status()[JobStatus.RETRYING] == len(leased)
+
     def test_reaper_and_holders_racing_never_both_win(self, repository: JobRepository, clock: FakeClock) -> None:
         # Every lease has expired; the holders complete while the reaper runs.  For each job exactly
         # one side wins: a holder whose complete succeeded is never reaped, and a reaped job's
@@ -245,14 +324,7 @@ class RetryContract(ContractSupport):
         lost_ids: list[int] = []
         errors: list[BaseException] = []
         start = threading.Barrier(2)
-
-        def reaper() -> None:
-            try:
-                start.wait()
-                while batch := repository.reap(now=now, limit=3):
-                    reaped_ids.extend(j.id for j in batch)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
+        reaper = self._reaper_thread(repository, now, start, reaped_ids, errors)
 
         def holders() -> None:
             try:

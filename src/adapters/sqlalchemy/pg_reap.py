@@ -1,0 +1,90 @@
+"""The reaper on PostgreSQL as one statement: :func:`tether.domain.transitions.reap` in SQL.
+
+One pass takes back up to ``p_limit`` expired leases with one ``UPDATE``, whatever their number::
+
+    WITH expired AS (
+        SELECT id, lease_token, lease_expires_at FROM tether_jobs
+        WHERE status = 'running' AND lease_expires_at <= :now
+        ORDER BY lease_expires_at, id LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+    UPDATE tether_jobs AS j SET status = 'retrying' | 'dead', ... , lease columns = NULL
+    FROM expired
+    WHERE j.id = expired.id AND j.lease_token = expired.lease_token
+      AND j.lease_expires_at = expired.lease_expires_at
+    RETURNING j.*, expired.lease_expires_at
+
+Fencing: ``expired`` locks each row it returns, so nothing can write the row between the read and
+the write.  A row another transaction holds (a heartbeat, a completion, another reaper) is skipped,
+not waited for, and one changed and committed after the statement's snapshot is re-checked on its
+newest version (a renewed lease no longer qualifies).  The outer ``WHERE`` is besides a
+compare-and-set on the lease that was read (token and expiry; a token is only ever set on a
+running row), as every reaper write is (DESIGN "Leases and fencing"): the statement stays correct
+even without the lock, a concurrent writer's change then fails it.  It names no ``status`` on
+purpose: that would let the planner walk the running-expiry index for the outer row instead of the
+primary key, once per expired row, when its statistics are stale.
+
+The row written is exactly what :func:`~tether.domain.transitions.reap` makes of it, decided on the
+locked row: ``retrying`` due at ``now`` while ``attempts < max_attempts`` (``finished_at`` kept,
+NULL on a running row), else ``dead`` finished at ``now`` (``scheduled_at`` kept); ``attempts``
+unchanged; the lease cleared; ``last_error`` the text of
+:func:`~tether.domain.transitions.reap_error`, rendered by :data:`REAP_ERROR_SQL`.  The contract
+suite compares every reaped row with the domain function's result, so the two cannot drift apart
+unnoticed.
+"""
+
+from __future__ import annotations
+
+#: ``repr(j.leased_by)`` in SQL, for the ids :func:`~tether.domain.validation.validate_worker_id`
+#: admits (printable characters only): Python quotes with ``"`` when the text holds ``'`` but no
+#: ``"``, else with ``'`` (escaping ``'``), and always doubles backslashes.  ``chr`` spells the
+#: quote and backslash characters so the SQL does not depend on ``standard_conforming_strings``.
+_WORKER_REPR_SQL = (
+    "CASE WHEN j.leased_by IS NULL THEN 'None' "
+    "WHEN strpos(j.leased_by, chr(39)) > 0 AND strpos(j.leased_by, chr(34)) = 0 "
+    "THEN chr(34) || replace(j.leased_by, chr(92), chr(92) || chr(92)) || chr(34) "
+    "ELSE chr(39) || replace(replace(j.leased_by, chr(92), chr(92) || chr(92)), chr(39), chr(92) || chr(39)) "
+    "|| chr(39) END"
+)
+
+#: ``j.lease_expires_at.isoformat()`` of an aware UTC datetime: ``YYYY-MM-DDTHH:MM:SS``, then
+#: ``.ffffff`` only when the microseconds are not zero, then ``+00:00``.
+_EXPIRY_ISO_SQL = (
+    "to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') "
+    "|| CASE WHEN to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'US') = '000000' THEN '' "
+    "ELSE '.' || to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'US') END || '+00:00'"
+)
+
+#: :func:`tether.domain.transitions.reap_error` of the row ``j`` (its values before the update).
+REAP_ERROR_SQL = (
+    f"'LeaseExpired: lease of worker ' || {_WORKER_REPR_SQL} || ' expired at ' || {_EXPIRY_ISO_SQL} "
+    "|| ' without a heartbeat; the worker was lost (attempt ' || CAST(j.attempts AS text) "
+    "|| ' of ' || CAST(j.max_attempts AS text) || ')'"
+)
+
+
+def reap_statement(table: str, columns: tuple[str, ...]) -> str:
+    """The reap statement on ``table`` (a quoted, schema-qualified name), with psycopg parameters
+    ``%(p_now)s`` (aware UTC datetime) and ``%(p_limit)s`` (int).
+
+    Rows come back as ``columns`` of the written row (in that order), then the expiry of the lease
+    that was taken back (the order of a pass: ``lease_expires_at``, then id).
+    """
+    returning = ", ".join(f"j.{name}" for name in columns)
+    retry = "j.attempts < j.max_attempts"
+    return (
+        f"WITH expired AS (SELECT id, lease_token, lease_expires_at FROM {table} "
+        "WHERE status = 'running' AND lease_expires_at <= %(p_now)s "
+        "ORDER BY lease_expires_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED) "
+        f"UPDATE {table} AS j SET "
+        f"status = CASE WHEN {retry} THEN 'retrying' ELSE 'dead' END, "
+        f"scheduled_at = CASE WHEN {retry} THEN %(p_now)s ELSE j.scheduled_at END, "
+        f"finished_at = CASE WHEN {retry} THEN j.finished_at ELSE %(p_now)s END, "
+        f"last_error = {REAP_ERROR_SQL}, "
+        "lease_token = NULL, leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
+        "FROM expired WHERE j.id = expired.id AND j.lease_token = expired.lease_token "
+        "AND j.lease_expires_at = expired.lease_expires_at "
+        f"RETURNING {returning}, expired.lease_expires_at"
+    )
+
+
+__all__ = ["REAP_ERROR_SQL", "reap_statement"]
