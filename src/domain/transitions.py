@@ -138,11 +138,15 @@ def release(job: Job, *, token: str, now: datetime) -> Job:
 
 
 def reap_error(job: Job) -> str:
-    """The ``last_error`` written when the lease of ``job`` expired (the worker was lost)."""
+    """The ``last_error`` written when the lease of ``job`` expired (the worker was lost).
+
+    Plain text on purpose (the worker id as stored, the expiry as ISO 8601 UTC with
+    microseconds): a repository may render the same text in its own query language, as the
+    PostgreSQL reaper does, and must be able to do so exactly."""
+    expires = job.lease_expires_at.isoformat(timespec="microseconds") if job.lease_expires_at else "?"
     return (
-        f"LeaseExpired: lease of worker {job.leased_by!r} expired at "
-        f"{job.lease_expires_at.isoformat() if job.lease_expires_at else '?'} without a heartbeat; "
-        f"the worker was lost (attempt {job.attempts} of {job.max_attempts})"
+        f"LeaseExpired: lease of worker {job.leased_by if job.leased_by is not None else '?'} expired at "
+        f"{expires} without a heartbeat; the worker was lost (attempt {job.attempts} of {job.max_attempts})"
     )
 
 

@@ -26,7 +26,7 @@ primary key, once per expired row, when its statistics are stale.
 The row written is exactly what :func:`~tether.domain.transitions.reap` makes of it, decided on the
 locked row: ``retrying`` due at ``now`` while ``attempts < max_attempts`` (``finished_at`` kept,
 NULL on a running row), else ``dead`` finished at ``now`` (``scheduled_at`` kept); ``attempts``
-unchanged; the lease cleared; ``last_error`` the text of
+unchanged; the lease cleared; ``last_error`` the (plain) text of
 :func:`~tether.domain.transitions.reap_error`, rendered by :data:`REAP_ERROR_SQL`.  The contract
 suite compares every reaped row with the domain function's result, so the two cannot drift apart
 unnoticed.
@@ -34,29 +34,12 @@ unnoticed.
 
 from __future__ import annotations
 
-#: ``repr(j.leased_by)`` in SQL, for the ids :func:`~tether.domain.validation.validate_worker_id`
-#: admits (printable characters only): Python quotes with ``"`` when the text holds ``'`` but no
-#: ``"``, else with ``'`` (escaping ``'``), and always doubles backslashes.  ``chr`` spells the
-#: quote and backslash characters so the SQL does not depend on ``standard_conforming_strings``.
-_WORKER_REPR_SQL = (
-    "CASE WHEN j.leased_by IS NULL THEN 'None' "
-    "WHEN strpos(j.leased_by, chr(39)) > 0 AND strpos(j.leased_by, chr(34)) = 0 "
-    "THEN chr(34) || replace(j.leased_by, chr(92), chr(92) || chr(92)) || chr(34) "
-    "ELSE chr(39) || replace(replace(j.leased_by, chr(92), chr(92) || chr(92)), chr(39), chr(92) || chr(39)) "
-    "|| chr(39) END"
-)
-
-#: ``j.lease_expires_at.isoformat()`` of an aware UTC datetime: ``YYYY-MM-DDTHH:MM:SS``, then
-#: ``.ffffff`` only when the microseconds are not zero, then ``+00:00``.
-_EXPIRY_ISO_SQL = (
-    "to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') "
-    "|| CASE WHEN to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'US') = '000000' THEN '' "
-    "ELSE '.' || to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'US') END || '+00:00'"
-)
+#: ``j.lease_expires_at.isoformat(timespec="microseconds")`` of an aware UTC datetime.
+_EXPIRY_ISO_SQL = "to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') || '+00:00'"
 
 #: :func:`tether.domain.transitions.reap_error` of the row ``j`` (its values before the update).
 REAP_ERROR_SQL = (
-    f"'LeaseExpired: lease of worker ' || {_WORKER_REPR_SQL} || ' expired at ' || {_EXPIRY_ISO_SQL} "
+    f"'LeaseExpired: lease of worker ' || coalesce(j.leased_by, '?') || ' expired at ' || {_EXPIRY_ISO_SQL} "
     "|| ' without a heartbeat; the worker was lost (attempt ' || CAST(j.attempts AS text) "
     "|| ' of ' || CAST(j.max_attempts AS text) || ')'"
 )
