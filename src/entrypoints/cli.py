@@ -11,8 +11,10 @@ app it loads.
 
 Errors: bad input (a :class:`~tether.domain.errors.TetherError` such as ValidationError,
 ConfigurationError, JobNotFound or InvalidTransition, an unparsable ``--payload``, or a flag
-Typer rejects) prints one line, ``tether: error: <field>: <problem>``, on stderr and exits with
-code 2; nothing is written.  The store being unreachable (StorageUnavailable) exits with 1.
+Typer rejects) prints one line, ``tether: error: <label>: <problem>``, on stderr and exits with
+code 2; nothing is written.  The label names the flag or argument the value came from
+(``--older-than``, ``JOB_TYPE``; a setting with its flag and variable), see
+:mod:`tether.entrypoints.cli_values`.  The store being unreachable (StorageUnavailable) exits with 1.
 """
 
 from __future__ import annotations
@@ -32,10 +34,19 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError, ValidationError
+from tether.domain.errors import StorageUnavailable, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
-from tether.entrypoints.settings import Settings, env_name, flag_name, sqlite_path
+from tether.entrypoints.cli_values import (
+    FlagNamingCommand,
+    choice,
+    describe_usage_error,
+    integer,
+    number_of_seconds,
+    seconds,
+    switch,
+)
+from tether.entrypoints.settings import InvalidSetting, Settings, env_name, flag_name, sqlite_path
 from typer.core import TyperGroup
 
 if TYPE_CHECKING:
@@ -94,7 +105,7 @@ class _OneLineErrors(TyperGroup):
             if type(exc).__name__ == "NoArgsIsHelpError":  # `tether` or `tether jobs` alone: show the help
                 print(exc.format_message())
                 sys.exit(getattr(exc, "exit_code", EXIT_BAD_INPUT))
-            _fail(exc.format_message(), getattr(exc, "exit_code", EXIT_BAD_INPUT))
+            _fail(describe_usage_error(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT))
         code = result if isinstance(result, int) else 0
         if standalone_mode:
             sys.exit(code)
@@ -139,11 +150,12 @@ app.add_typer(db_app, name="db")
 
 
 # -- shared options ---------------------------------------------------------------------------
-def _setting_option(setting: str, help: str, *short: str) -> Any:
+def _setting_option(setting: str, help: str, *short: str, parser: Any = None, metavar: str | None = None) -> Any:
     """The Typer option of the :class:`Settings` field ``setting``: its flag and ``TETHER_*``
     variable are the ones :func:`flag_name` and :func:`env_name` give (so help texts and error
-    messages name the same), plus any ``short`` aliases such as ``-c``."""
-    return typer.Option(flag_name(setting), *short, envvar=env_name(setting), help=help)
+    messages name the same), plus any ``short`` aliases such as ``-c``; ``parser`` turns the text
+    into the setting's type (a :mod:`~tether.entrypoints.cli_values` parser)."""
+    return typer.Option(flag_name(setting), *short, envvar=env_name(setting), help=help, parser=parser, metavar=metavar)
 
 
 DatabaseUrl = Annotated[
@@ -163,11 +175,15 @@ RedisPrefix = Annotated[
 RedisClusterSwitch = Annotated[
     Optional[bool],
     _setting_option(
-        "redis_cluster", "The Redis URL names a node of a Redis Cluster (env: 1/0, true/false). [default: a standalone server]"
+        "redis_cluster",
+        "The Redis URL names a node of a Redis Cluster (env: 1/0, true/false). [default: a standalone server]",
+        parser=switch,
     ),
 ]
 Schema = Annotated[Optional[str], _setting_option("schema", "Database schema holding Tether's tables (PostgreSQL).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+#: How the worker's duration settings parse (their ranges are the settings' to check).
+_SECONDS: dict[str, Any] = {"parser": number_of_seconds, "metavar": "SECONDS"}
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -192,15 +208,18 @@ def _open(settings: Settings, *, create: bool = False) -> Iterator["Tether"]:
 
 
 def _require_sqlite_file(settings: Settings) -> None:
-    """Raise ConfigurationError (``database_url``) when the settings name a SQLite file that does
+    """Raise InvalidSetting (``database_url``) when the settings name a SQLite file that does
     not exist; any other store passes."""
     if settings.database_kind != "sqlite":
         return
+    from tether.adapters.sqlalchemy.sqlite import describe_sqlite_path
+
     path = sqlite_path(settings.database_url)
     if not os.path.exists(path):
-        raise ConfigurationError(
-            f"database_url: no SQLite database at {path}; check the URL, or create it with "
-            f"`tether db init --database-url {settings.database_url}`"
+        raise InvalidSetting(
+            "database_url",
+            f"no SQLite database at {describe_sqlite_path(path)}; check the URL, or create it with "
+            f"`tether db init --database-url {settings.database_url}`",
         )
 
 
@@ -262,19 +281,23 @@ def parse_run_at(text: str | None) -> datetime | None:
 
 
 # -- commands ---------------------------------------------------------------------------------
-@app.command()
+@app.command(cls=FlagNamingCommand)
 def enqueue(
-    job_type: Annotated[str, typer.Argument(help="The job type (the handler's name), e.g. emails.send.")],
+    job_type: Annotated[str, typer.Argument(metavar="JOB_TYPE", help="The job type (the handler's name), e.g. emails.send.")],
     payload: Annotated[str, typer.Option("--payload", "-p", help="The payload as JSON.")] = "{}",
     queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue name. [default: default]")] = None,
-    priority: Annotated[int, typer.Option("--priority", help="Higher runs first.")] = 0,
-    delay: Annotated[Optional[float], typer.Option("--delay", help="Run no sooner than this many seconds from now.")] = None,
+    priority: Annotated[int, typer.Option("--priority", parser=integer(), metavar="N", help="Higher runs first.")] = 0,
+    delay: Annotated[
+        Optional[float],
+        typer.Option("--delay", parser=seconds(), metavar="SECONDS", help="Run no sooner than this many seconds from now."),
+    ] = None,
     run_at: Annotated[
         Optional[str],
         typer.Option("--run-at", help="Run no sooner than this ISO 8601 time with offset, e.g. 2026-05-01T09:30:00Z."),
     ] = None,
     max_attempts: Annotated[
-        Optional[int], typer.Option("--max-attempts", help="Leases allowed in all (1-10,000). [default: 3]")
+        Optional[int],
+        typer.Option("--max-attempts", parser=integer(), metavar="N", help="Leases allowed in all (1-10,000). [default: 3]"),
     ] = None,
     idempotency_key: Annotated[
         Optional[str], typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")
@@ -290,6 +313,8 @@ def enqueue(
     settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     value = parse_payload(payload)
     when = parse_run_at(run_at)
+    if when is not None and delay is not None:
+        raise ValidationError("run_at", "give --run-at or --delay, not both")
     # Check every field before the store is opened, so bad input leaves no file behind.
     from tether.domain.timeutil import UTC
 
@@ -327,14 +352,20 @@ def enqueue(
         )
 
 
-@jobs_app.command("list")
+@jobs_app.command("list", cls=FlagNamingCommand)
 def jobs_list(
     status: Annotated[
-        Optional[JobStatus], typer.Option("--status", "-s", help="Only jobs in this status.", case_sensitive=False)
+        Optional[JobStatus],
+        typer.Option(
+            "--status", "-s", parser=choice(JobStatus), metavar="STATUS",
+            help="Only jobs in this status: " + ", ".join(s.value for s in JobStatus) + ".",
+        ),
     ] = None,
     queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Only jobs in this queue.")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000, help="At most this many jobs.")] = 50,
-    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many jobs first.")] = 0,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", parser=integer(1, 10_000), metavar="N", help="At most this many jobs (1-10,000).")
+    ] = 50,
+    offset: Annotated[int, typer.Option("--offset", parser=integer(0), metavar="N", help="Skip this many jobs first.")] = 0,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
@@ -383,9 +414,9 @@ def jobs_list(
     _stdout().print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
 
 
-@jobs_app.command("show")
+@jobs_app.command("show", cls=FlagNamingCommand)
 def jobs_show(
-    job_id: Annotated[int, typer.Argument(help="The job's id.")],
+    job_id: Annotated[int, typer.Argument(parser=integer(), metavar="ID", help="The job's id.")],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
@@ -411,9 +442,9 @@ def jobs_show(
     _stdout().print(table)
 
 
-@app.command()
+@app.command(cls=FlagNamingCommand)
 def retry(
-    job_id: Annotated[int, typer.Argument(help="The id of a dead job.")],
+    job_id: Annotated[int, typer.Argument(parser=integer(), metavar="ID", help="The id of a dead job.")],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
@@ -427,10 +458,14 @@ def retry(
     _stdout().print(f"job {job.id} is {job.status.value} again on queue {job.queue}")
 
 
-@app.command()
+@app.command(cls=FlagNamingCommand)
 def purge(
     older_than: Annotated[
-        float, typer.Option("--older-than", help="Delete completed and dead jobs that finished more than this many seconds ago.")
+        float,
+        typer.Option(
+            "--older-than", parser=seconds(), metavar="SECONDS",
+            help="Delete completed and dead jobs that finished more than this many seconds ago.",
+        ),
     ],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
@@ -439,16 +474,13 @@ def purge(
     schema: Schema = None,
 ) -> None:
     """Delete finished (completed and dead) jobs; their idempotency keys become free again."""
-    from tether.domain.validation import validate_seconds
-
-    seconds = validate_seconds(older_than, "older_than")
     settings = _settings(database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema)
     with _open(settings) as tether_app:
-        deleted = tether_app.purge(timedelta(seconds=seconds))
-    _stdout().print(f"purged {deleted} finished job(s) older than {seconds:g} s")
+        deleted = tether_app.purge(timedelta(seconds=older_than))
+    _stdout().print(f"purged {deleted} finished job(s) older than {older_than:g} s")
 
 
-@app.command()
+@app.command(cls=FlagNamingCommand)
 def reap(
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
@@ -506,7 +538,7 @@ def _upgrade_tables(database_url: str | None, schema: str | None, verb: str) -> 
         _stdout().print(f"tables ready in {where}: already at schema version {current}")
 
 
-@db_app.command("init")
+@db_app.command("init", cls=FlagNamingCommand)
 def db_init(
     database_url: DatabaseUrl = None,
     schema: Schema = None,
@@ -515,7 +547,7 @@ def db_init(
     _upgrade_tables(database_url, schema, "create")
 
 
-@db_app.command("upgrade")
+@db_app.command("upgrade", cls=FlagNamingCommand)
 def db_upgrade(
     database_url: DatabaseUrl = None,
     schema: Schema = None,
@@ -525,8 +557,9 @@ def db_upgrade(
                                    "(connects to nothing)."),
     ] = False,
     from_version: Annotated[
-        Optional[int], typer.Option("--from-version", help="With --sql: the schema version the database is at "
-                                                           "[default: none, an empty database].")
+        Optional[int],
+        typer.Option("--from-version", parser=integer(), metavar="N",
+                     help="With --sql: the schema version the database is at [default: none, an empty database]."),
     ] = None,
 ) -> None:
     """Bring Tether's tables to this Tether's schema version (creating them if missing).
@@ -540,7 +573,7 @@ def db_upgrade(
         _print_upgrade_sql(database_url, schema, from_version)
         return
     if from_version is not None:
-        raise ConfigurationError("from_version (--from-version): only with --sql")
+        raise ValidationError("from_version", "only with --sql")
     _upgrade_tables(database_url, schema, "upgrade")
 
 
@@ -555,7 +588,7 @@ def _print_upgrade_sql(database_url: str | None, schema: str | None, from_versio
     sys.stdout.write(upgrade_sql(settings.database_kind, settings.schema, from_version=from_version))
 
 
-@db_app.command("version")
+@db_app.command("version", cls=FlagNamingCommand)
 def db_version(
     database_url: DatabaseUrl = None,
     schema: Schema = None,
@@ -622,37 +655,37 @@ def load_app(spec: str) -> "Tether":
     put on ``sys.path`` first, as ``python -m`` would.
 
     Raises:
-        ConfigurationError (``app``): the module does not import, the attribute is missing, or it
-            is not a Tether.
+        ValidationError (field ``app``): the module does not import, the attribute is missing, or
+            it is not a Tether (the CLI reports it under ``--app``, or ``TETHER_APP``).
     """
     from tether.entrypoints.service import Tether
 
     module_name, _, attribute = spec.partition(":")
     attribute = attribute or "app"
     if not module_name:
-        raise ConfigurationError(f"app: {spec!r} is not module:attribute, e.g. myproject.jobs:app")
+        raise ValidationError("app", f"{spec!r} is not module:attribute, e.g. myproject.jobs:app")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"app: cannot import {module_name!r}: {exc}") from None
+        raise ValidationError("app", f"cannot import {module_name!r}: {exc}") from None
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ConfigurationError(f"app: {module_name!r} has no attribute {attribute!r}")
+            raise ValidationError("app", f"{module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
     if not isinstance(target, Tether) and callable(target) and not isinstance(target, type):
         try:
             target = target()
         except Exception as exc:  # noqa: BLE001 - any failure of the user's factory is a bad --app
-            raise ConfigurationError(f"app: calling {spec}() failed: {type(exc).__name__}: {exc}") from None
+            raise ValidationError("app", f"calling {spec}() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(target, Tether):
-        raise ConfigurationError(f"app: {spec} is a {type(target).__name__}, not a tether.Tether")
+        raise ValidationError("app", f"{spec} is a {type(target).__name__}, not a tether.Tether")
     return target
 
 
-@app.command()
+@app.command(cls=FlagNamingCommand)
 def worker(
     app_spec: Annotated[
         str,
@@ -663,10 +696,15 @@ def worker(
             help="module:attribute of your Tether app (its handlers are what the worker runs), e.g. myproject.jobs:app.",
         ),
     ],
-    concurrency: Annotated[Optional[int], _setting_option("concurrency", "Worker threads. [default: 4]", "-c")] = None,
+    concurrency: Annotated[
+        Optional[int], _setting_option("concurrency", "Worker threads. [default: 4]", "-c", parser=integer(), metavar="N")
+    ] = None,
     prefetch: Annotated[
         Optional[int],
-        _setting_option("prefetch", "Most jobs leased ahead of the free threads, while jobs are short. [default: concurrency]"),
+        _setting_option(
+            "prefetch", "Most jobs leased ahead of the free threads, while jobs are short. [default: concurrency]",
+            parser=integer(), metavar="N",
+        ),
     ] = None,
     queues: Annotated[
         Optional[list[str]],
@@ -677,19 +715,21 @@ def worker(
         ),
     ] = None,
     lease_timeout: Annotated[
-        Optional[float], _setting_option("lease_timeout", "Seconds a lease lasts without a heartbeat. [default: 900]")
+        Optional[float],
+        _setting_option("lease_timeout", "Seconds a lease lasts without a heartbeat. [default: 900]", **_SECONDS),
     ] = None,
     heartbeat_interval: Annotated[
         Optional[float],
-        _setting_option("heartbeat_interval", "Seconds between lease heartbeats. [default: lease timeout / 3]"),
+        _setting_option("heartbeat_interval", "Seconds between lease heartbeats. [default: lease timeout / 3]", **_SECONDS),
     ] = None,
     reap_interval: Annotated[
-        Optional[float], _setting_option("reap_interval", "Seconds between reaper passes. [default: 30]")
+        Optional[float], _setting_option("reap_interval", "Seconds between reaper passes. [default: 30]", **_SECONDS)
     ] = None,
     drain_timeout: Annotated[
         Optional[float],
         _setting_option(
-            "drain_timeout", "On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]"
+            "drain_timeout", "On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]",
+            **_SECONDS,
         ),
     ] = None,
     log_level: Annotated[
@@ -758,7 +798,7 @@ def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
-@app.command()
+@app.command(cls=FlagNamingCommand)
 def demo(
     path: Annotated[
         Optional[str], typer.Option("--path", help="Directory whose files become jobs. [default: this Python's standard library]")
@@ -772,7 +812,7 @@ def demo(
     ] = None,
     redis_prefix: Annotated[str, typer.Option("--redis-prefix", help="Key prefix of the demo's Redis streams.")] = "tether",
     schema: Annotated[Optional[str], typer.Option("--schema", help="Database schema (PostgreSQL).")] = None,
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Worker threads.")] = 4,
+    workers: Annotated[int, typer.Option("--workers", "-w", parser=integer(), metavar="N", help="Worker threads (1-256).")] = 4,
     out: Annotated[str, typer.Option("--out", help="Folder for the demo database and results.")] = "tether-demo",
     fresh: Annotated[bool, typer.Option("--fresh", help="Start from an empty demo database and results file.")] = False,
 ) -> None:

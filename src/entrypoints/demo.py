@@ -39,7 +39,7 @@ import attrs
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from tether.domain.errors import ConfigurationError, PermanentError, ValidationError
+from tether.domain.errors import PermanentError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.demo_tasks import PlannedFailure, ResultsFile, failure_plan, file_stats
@@ -98,8 +98,8 @@ class DemoOptions:
 
         Raises:
             ValidationError: ``path`` is not a directory, ``pattern`` is empty, ``workers`` is not
-                1-256; InvalidSetting / ConfigurationError: a bad URL, or ``fresh`` with a
-                database that is not a SQLite file or ``memory://``.
+                1-256, or ``fresh`` with a database that is not a SQLite file or ``memory://``;
+                InvalidSetting: a bad URL.
         """
         root = Path(path).expanduser() if path is not None else default_path()
         if not root.is_dir():
@@ -117,8 +117,8 @@ class DemoOptions:
         kind = database_kind(database_url)
         check_redis_url(redis_url)
         if fresh and kind == "postgresql":
-            raise ConfigurationError(
-                f"fresh: only a SQLite file or memory:// can be started afresh; for {redact_url(database_url)} use a new --schema"
+            raise ValidationError(
+                "fresh", f"only a SQLite file or memory:// can be started afresh; for {redact_url(database_url)} use a new --schema"
             )
         return cls(
             root=root.resolve(),

@@ -64,14 +64,20 @@ class InvalidSetting(ConfigurationError):
     """
 
     def __init__(self, setting: str, problem: str) -> None:
-        where = env_name(setting) if setting in NO_FLAG else f"{flag_name(setting)}, {env_name(setting)}"
-        super().__init__(f"{setting} ({where}): {problem}")
+        super().__init__(f"{setting_label(setting)}: {problem}")
         self.setting = setting
         self.problem = problem
 
 
 #: Settings with no command-line flag (set them in ``tether.connect(...)`` or the environment).
 NO_FLAG = frozenset({"poll_interval"})
+
+
+def setting_label(setting: str) -> str:
+    """How messages name a setting: ``"concurrency (--concurrency, TETHER_CONCURRENCY)"``
+    (``"poll_interval (TETHER_POLL_INTERVAL)"`` for one without a flag)."""
+    where = env_name(setting) if setting in NO_FLAG else f"{flag_name(setting)}, {env_name(setting)}"
+    return f"{setting} ({where})"
 
 
 def env_name(setting: str) -> str:
@@ -115,25 +121,49 @@ def database_kind(url: str) -> str:
     (``sqlite+pysqlite`` too); ``postgresql://``, ``postgresql+psycopg://``.
 
     Raises:
-        InvalidSetting: any other scheme; the message shows the URL with its password hidden.
+        InvalidSetting: any other scheme, or a SQLite URL not of the two forms above (such as
+            ``sqlite://relative.db``, whose ``relative.db`` is read as a host); the message shows
+            the URL with its password hidden and the form to use.
     """
     if not isinstance(url, str) or not url:
         raise InvalidSetting("database_url", f"must be a URL such as {DEFAULT_DATABASE_URL!r}, got {url!r}")
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if url == MEMORY_URL or scheme == "memory":
         return "memory"
-    if scheme in ("sqlite", "sqlite+pysqlite"):
+    before_colon = url.split(":", 1)[0].lower()
+    if before_colon in ("sqlite", "sqlite+pysqlite"):
         if url.rstrip("/").lower() in ("sqlite:", "sqlite+pysqlite:") or ":memory:" in url:
             raise InvalidSetting(
                 "database_url",
                 f"{url!r} names no database file; use sqlite:///path/to/file.db (or memory:// for a throwaway store)",
             )
+        _check_sqlite_url(url, before_colon)
         return "sqlite"
     if scheme in ("postgresql", "postgresql+psycopg", "postgres"):
         return "postgresql"
     raise InvalidSetting(
         "database_url",
         f"unsupported URL {redact_url(url)!r}; use memory://, sqlite:///path/to/file.db or postgresql+psycopg://user@host/db",
+    )
+
+
+def _check_sqlite_url(url: str, scheme: str) -> None:
+    """Refuse a SQLite URL whose file is not after ``sqlite:///``: ``sqlite://relative.db`` (the
+    file name lands where the host goes, and SQLite takes none) or ``sqlite:relative.db``."""
+    if url[len(scheme) :].startswith(":///"):
+        return
+    shown = redact_url(url)
+    rest = shown[len(scheme) :]
+    path = rest.lstrip(":").lstrip("/").split("?", 1)[0]
+    if rest.startswith("://"):
+        host = rest[3:].split("?", 1)[0].split("/", 1)[0]
+        wrong = f"has two slashes, so {host!r} is read as a host name, and SQLite takes none"
+    else:
+        wrong = "is not a SQLite URL"
+    raise InvalidSetting(
+        "database_url",
+        f"{shown!r} {wrong}; write {scheme}:///{path} for a path relative to the current directory, "
+        f"or {scheme}:////absolute/path/{os.path.basename(path) or 'file.db'} for an absolute one",
     )
 
 
@@ -328,16 +358,33 @@ class Settings:
         return cls(**values)
 
 
+#: The words a switch (``TETHER_REDIS_CLUSTER``) takes, for messages.
+SWITCH_WORDS = "1/0, true/false, yes/no or on/off"
+
+
+def parse_switch(text: str) -> bool:
+    """``"1"``, ``"true"``, ``"yes"``, ``"on"`` -> True; ``"0"``, ``"false"``, ``"no"``, ``"off"`` -> False
+    (any case, surrounding blanks ignored).
+
+    Raises:
+        ValueError: any other text.
+    """
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a switch")
+
+
 def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
     field = attrs.fields_dict(cls)[name]
     kind = str(field.type)
     if kind == "bool":
-        lowered = raw.lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a switch (use 1/0, true/false, yes/no or on/off)")
+        try:
+            return parse_switch(raw)
+        except ValueError:
+            raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a switch (use {SWITCH_WORDS})") from None
     try:
         if kind in ("int", "int | None"):
             return int(raw.replace("_", ""))

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from tether.adapters.sqlalchemy import migrations, open_repository
 from tether.adapters.sqlalchemy.migrations import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE
 from tether.adapters.sqlalchemy.schema import build_jobs_table
-from tether.domain.errors import ConfigurationError
+from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import NewJob
 from tether.domain.validation import prepare_job
 
@@ -271,7 +271,7 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite
     with pytest.raises(ConfigurationError, match="dialect: 'mysql' is not one of postgresql, sqlite"):
         migrations.upgrade_sql("mysql")
-    with pytest.raises(ConfigurationError, match="from_version: 3 is not a schema version"):
+    with pytest.raises(ValidationError, match="from_version: 3 is not a schema version"):
         migrations.upgrade_sql("sqlite", from_version=3)
 
 

@@ -77,7 +77,7 @@ def test_sqlite_version_of_a_missing_file_is_bad_input_and_creates_nothing(tmp_p
     path = tmp_path / "nothing.db"
     result = cli("db", "version", "--database-url", f"sqlite:///{path}")
     assert result.exit_code == 2
-    assert one_error_line(result).startswith(f"database_url: no SQLite database at {path}")
+    assert one_error_line(result).startswith(f"database_url (--database-url, TETHER_DATABASE_URL): no SQLite database at {path};")
     assert not path.exists()
 
 
@@ -152,9 +152,9 @@ def test_upgrade_sql_prints_the_statements_and_touches_no_database(tmp_path: Pat
     assert "ALTER TABLE app_jobs.tether_jobs DROP CONSTRAINT uq_tether_jobs_idempotency_key" in pg.output
     bad = cli("db", "upgrade", "--sql", "--from-version", "7", "--database-url", f"sqlite:///{path}")
     assert bad.exit_code == 2
-    assert one_error_line(bad).startswith("from_version: 7 is not a schema version of this Tether")
+    assert one_error_line(bad).startswith("--from-version: 7 is not a schema version of this Tether")
     alone = cli("db", "upgrade", "--from-version", "1", "--database-url", f"sqlite:///{path}")
-    assert alone.exit_code == 2 and one_error_line(alone) == "from_version (--from-version): only with --sql"
+    assert alone.exit_code == 2 and one_error_line(alone) == "--from-version: only with --sql"
     assert not path.exists()
 
 

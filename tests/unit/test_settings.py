@@ -119,12 +119,46 @@ def test_redact_url(url: str, shown: str) -> None:
         ("memory://", "memory"),
         ("sqlite:///tether.db", "sqlite"),
         ("sqlite:////tmp/x/tether.db", "sqlite"),
+        ("sqlite+pysqlite:///tether.db?timeout=5", "sqlite"),
         ("postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgresql"),
         ("postgresql://postgres@127.0.0.1/test", "postgresql"),
     ],
 )
 def test_database_kind(url: str, kind: str) -> None:
     assert database_kind(url) == kind
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (
+            "sqlite://relative.db",
+            "'sqlite://relative.db' has two slashes, so 'relative.db' is read as a host name, and SQLite takes none; "
+            "write sqlite:///relative.db for a path relative to the current directory, "
+            "or sqlite:////absolute/path/relative.db for an absolute one",
+        ),
+        (
+            "sqlite://data/jobs.db?timeout=5",
+            "'sqlite://data/jobs.db?timeout=5' has two slashes, so 'data' is read as a host name, and SQLite takes none; "
+            "write sqlite:///data/jobs.db for a path relative to the current directory, "
+            "or sqlite:////absolute/path/jobs.db for an absolute one",
+        ),
+        (
+            "sqlite:jobs.db",
+            "'sqlite:jobs.db' is not a SQLite URL; write sqlite:///jobs.db for a path relative to the current directory, "
+            "or sqlite:////absolute/path/jobs.db for an absolute one",
+        ),
+    ],
+)
+def test_a_sqlite_url_of_the_wrong_shape_says_which_forms_are_right(url: str, problem: str) -> None:
+    """sqlite://relative.db is the classic slip: SQLAlchemy would read relative.db as a host; the
+    setting is refused before anything is opened, with the two right forms."""
+    with pytest.raises(InvalidSetting) as raised:
+        Settings(database_url=url)
+    assert raised.value.setting == "database_url"
+    assert raised.value.problem == problem
+    with pytest.raises(InvalidSetting):
+        database_kind(url)
 
 
 def test_redis_prefix_defaults_to_tether_and_is_validated() -> None:

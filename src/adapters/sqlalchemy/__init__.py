@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL, make_url
 from tether.adapters.sqlalchemy.migrations import SCHEMA_VERSION
 from tether.adapters.sqlalchemy.postgres import PostgresJobRepository, normalize_postgres_url
 from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
-from tether.adapters.sqlalchemy.sqlite import SqliteJobRepository, is_memory_url
+from tether.adapters.sqlalchemy.sqlite import SqliteJobRepository, cannot_open_problem, is_memory_url
 from tether.domain.errors import ConfigurationError, StorageUnavailable
 
 POSTGRES_SCHEMES = ("postgresql", "postgresql+psycopg", "postgres")
@@ -46,9 +46,7 @@ def _check_reachable(repository: SqlAlchemyJobRepository) -> None:
                 f"{safe}: the database does not exist ({first}); create it (e.g. `createdb`) or fix the URL"
             ) from None
         if "unable to open database file" in lowered:
-            raise ConfigurationError(
-                f"{safe}: cannot open the SQLite file; does its directory exist and is it writable?"
-            ) from None
+            raise ConfigurationError(f"{safe}: {cannot_open_problem(repository.engine.url.database or '')}") from None
         raise StorageUnavailable(
             f"{safe}: cannot connect ({first}); is the server running and reachable at that host and port?"
         ) from None

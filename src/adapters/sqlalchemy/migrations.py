@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import Column, Integer, MetaData, String, Table, delete, insert, inspect, select
 from sqlalchemy.engine import Connection
 from tether.adapters.sqlalchemy.schema import TABLE_NAME
-from tether.domain.errors import ConfigurationError
+from tether.domain.errors import ConfigurationError, ValidationError
 
 #: The schema version this Tether writes and expects: the number of its newest revision.
 SCHEMA_VERSION = 2
@@ -207,12 +207,13 @@ def upgrade_sql(dialect_name: str, schema: str | None = None, *, from_version: i
         from_version: the schema version the database is at (None: an empty database).
 
     Raises:
-        ConfigurationError: an unknown dialect or a ``from_version`` this Tether does not ship.
+        ConfigurationError: an unknown dialect.
+        ValidationError (field ``from_version``): a schema version this Tether does not ship.
     """
     if dialect_name not in ("postgresql", "sqlite"):
         raise ConfigurationError(f"dialect: {dialect_name!r} is not one of postgresql, sqlite")
     if from_version is not None and not 1 <= from_version <= SCHEMA_VERSION:
-        raise ConfigurationError(f"from_version: {from_version} is not a schema version of this Tether (1-{SCHEMA_VERSION})")
+        raise ValidationError("from_version", f"{from_version} is not a schema version of this Tether (1-{SCHEMA_VERSION})")
     from alembic import command
 
     buffer = io.StringIO()

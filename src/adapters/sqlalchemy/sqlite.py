@@ -60,6 +60,26 @@ LOCAL_LOCK_WAIT = 30.0
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
+def describe_sqlite_path(path: str) -> str:
+    """A database file ``path`` for a message: as written, plus where it lands when it is relative,
+    plus the four-slash URL when the relative path reads like a mistyped absolute one
+    (``tmp/x.db`` while a ``/tmp`` directory exists)."""
+    if os.path.isabs(path):
+        return path
+    where = f"{path} (relative to the current directory: {os.path.abspath(path)}"
+    top = path.split("/", 1)[0]
+    if "/" in path and os.path.isdir(os.sep + top):
+        where += f"; for /{path} write sqlite:////{path}"
+    return where + ")"
+
+
+def cannot_open_problem(path: str) -> str:
+    """Why SQLite said "unable to open database file" for ``path``, as far as can be told."""
+    directory = os.path.dirname(os.path.abspath(path))
+    why = f"its directory {directory} does not exist" if not os.path.isdir(directory) else "is it writable?"
+    return f"cannot open the SQLite file {describe_sqlite_path(path)}: {why}"
+
+
 def is_memory_url(url: URL) -> bool:
     """True for ``sqlite://`` and ``sqlite:///:memory:``."""
     return url.database in (None, "", ":memory:")
@@ -194,9 +214,7 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
                 f"{self.safe_url}: the Tether table is missing ({message}); run `tether db init --database-url {self.safe_url}`"
             )
         if "unable to open database file" in message:
-            return ConfigurationError(
-                f"{self.safe_url}: cannot open the database file {self.path!r}: does its directory exist and is it writable?"
-            )
+            return ConfigurationError(f"{self.safe_url}: {cannot_open_problem(self.engine.url.database or '')}")
         return super()._translate(error, doing)
 
     def _insert_ignoring_key_conflicts(self) -> Any:
