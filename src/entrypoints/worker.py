@@ -47,7 +47,9 @@ not started yet, are released unstarted at once);
 in-flight jobs get ``drain_timeout`` seconds to finish; past that their contexts are cancelled and
 their jobs released under the fence (``queued``, due now, lease cleared, the attempt given back)
 so another worker can lease them at once (case C16).  Whatever a released handler does afterwards
-is not recorded.  A second signal during the drain ends the drain at once.
+is not recorded.  A second signal ends the drain at once (one that came before the drain began
+too), as does a second :meth:`WorkerPool.request_stop`; the release lines then say so
+(``second SIGTERM: drain abandoned``) instead of ``drain deadline passed``.
 """
 
 from __future__ import annotations
@@ -247,6 +249,7 @@ class WorkerPool:
         # Signals only bump this counter: a handler runs on the main thread between bytecodes and
         # must not take a lock (an Event's included) that the main thread may be holding.
         self._signals = 0
+        self._last_signal = 0  # its number, for the log
         self._inbox: queue_module.SimpleQueue[_Running | None] = queue_module.SimpleQueue()
         self._heartbeat_stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -328,7 +331,9 @@ class WorkerPool:
             self._stopped = True
         self._stopping.set()
         self._stop_requested.set()
-        signals_at_stop = self._signals
+        # The first signal is the stop request itself; every one after it cuts the drain, even one
+        # that came in before this line (two quick SIGTERMs must not wait out the deadline).
+        first_signals = min(self._signals, 1)
         with self._lock:
             self._lock.notify_all()  # the acquirer may be waiting for a free thread
         self.dispatcher.wake()
@@ -337,14 +342,19 @@ class WorkerPool:
         self._join("tether-acquire", timeout=max(self.max_wait, 1.0) + 5.0)
         self._release_prefetched()
         with self._lock:
-            while self._busy and not self._cut_drain.is_set() and self._signals == signals_at_stop:
+            while self._busy and self._drain_cut_by(first_signals) is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._lock.wait(min(remaining, 0.1))
             leftovers = list(self._running.values())
-            cut_short = self._cut_drain.is_set() or self._signals != signals_at_stop
-        reason = "drain ended early by a second stop request" if cut_short else "drain deadline passed"
+            cut_by = self._drain_cut_by(first_signals)
+        if cut_by is not None:
+            reason = f"{cut_by}: drain abandoned"
+            if leftovers:
+                logger.warning("worker %s: %s; releasing %d running job(s) now", self.worker_id, reason, len(leftovers))
+        else:
+            reason = f"drain deadline passed ({drain:g} s)"
         for entry in leftovers:
             self._release(entry, reason)
         for _ in range(self.concurrency):
@@ -363,6 +373,20 @@ class WorkerPool:
         stats = self.stats
         logger.info("worker %s stopped: %s", self.worker_id, stats)
         return stats
+
+    def _drain_cut_by(self, first_signals: int) -> str | None:
+        """What ended the drain early: ``"second SIGTERM"`` (or SIGINT), ``"second stop request"``;
+        None while nothing has."""
+        if self._signals > first_signals:
+            return f"second {self._signal_name()}"
+        return "second stop request" if self._cut_drain.is_set() else None
+
+    def _signal_name(self) -> str:
+        """``"SIGTERM"``: the name of the last signal received."""
+        try:
+            return signal.Signals(self._last_signal).name
+        except ValueError:
+            return f"signal {self._last_signal}"
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to shut down, from any thread (SIGINT/SIGTERM do the same).
@@ -395,7 +419,9 @@ class WorkerPool:
                     logger.info("worker %s: no job left in its queues; stopping", self.worker_id)
                     break
             if self._signals:
-                logger.info("worker %s: stop requested by signal (a second one ends the drain at once)", self.worker_id)
+                logger.info(
+                    "worker %s: stop requested by %s (a second one abandons the drain)", self.worker_id, self._signal_name()
+                )
             return self.stop()
         finally:
             for signum, handler in previous.items():
@@ -421,7 +447,8 @@ class WorkerPool:
                 thread.join(timeout)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        # Lock-free on purpose (see __init__); a signal during the drain ends the drain at once.
+        # Lock-free on purpose (see __init__); a second signal ends the drain at once.
+        self._last_signal = signum
         self._signals += 1
 
     def _count(self, key: str, n: int = 1) -> None:
@@ -742,7 +769,7 @@ class WorkerPool:
                 logger.exception("worker %s: %s of job %s failed; the reaper will take the job back", self.worker_id, what, job.id)
                 return None
 
-    def _release(self, entry: _Running, reason: str = "drain deadline passed") -> None:
+    def _release(self, entry: _Running, reason: str) -> None:
         """Past the drain deadline (or when the drain was cut short, as ``reason`` says): cancel
         the handler and hand the job back under the fence."""
         with entry.lock:

@@ -20,7 +20,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 from tether.adapters.clock import SystemClock
@@ -41,7 +41,8 @@ def make_app() -> Tether:
 
 class StuckPool(NamedTuple):
     """One job whose handler sets ``started`` and then sleeps 60 s cooperatively, and a one-thread
-    pool (not started) with a 120 s drain deadline: only a second stop request ends its drain early."""
+    pool (not started) with a long drain deadline (120 s unless given): only a second stop
+    request ends its drain early."""
 
     app: Tether
     job: Job
@@ -49,7 +50,7 @@ class StuckPool(NamedTuple):
     started: threading.Event
 
 
-def stuck_pool() -> StuckPool:
+def stuck_pool(drain_timeout: float = 120) -> StuckPool:
     app = make_app()
     started = threading.Event()
 
@@ -59,7 +60,21 @@ def stuck_pool() -> StuckPool:
         ctx.sleep(60)
 
     job = app.enqueue("stuck", {}).job
-    return StuckPool(app, job, app.worker(concurrency=1, lease_timeout=30, drain_timeout=120, reap_interval=30), started)
+    return StuckPool(app, job, app.worker(concurrency=1, lease_timeout=30, drain_timeout=drain_timeout, reap_interval=30), started)
+
+
+def released_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if "released back to its queue" in record.getMessage()]
+
+
+def assert_drain_abandoned(caplog: pytest.LogCaptureFixture, app: Tether, job: Job, stats: Any, *, by: str) -> list[str]:
+    """The stuck job went back to its queue at once, and its release line says the drain was
+    abandoned ``by`` ("second SIGTERM"), not that its deadline passed; returns every log message."""
+    assert app.get(job.id).status is JobStatus.QUEUED
+    assert stats.released == 1
+    released = released_lines(caplog)
+    assert len(released) == 1 and f"{by}: drain abandoned; job {job.id} cancelled" in released[0], released
+    return [record.getMessage() for record in caplog.records]
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
@@ -149,8 +164,8 @@ def test_a_second_signal_ends_the_drain_at_once(caplog: pytest.LogCaptureFixture
     assert not runner.is_alive()
     assert app.get(job.id).status is JobStatus.QUEUED
     assert result[0].released == 1  # type: ignore[attr-defined]
-    released = [r.getMessage() for r in caplog.records if "released back to its queue" in r.getMessage()]
-    assert len(released) == 1 and "drain ended early by a second stop request" in released[0]
+    [released] = released_lines(caplog)
+    assert "second stop request: drain abandoned" in released
 
 
 CHILD = textwrap.dedent(
@@ -226,11 +241,12 @@ def test_c16_a_real_process_exits_shortly_after_sigterm(tmp_path: Path) -> None:
     assert jobs["j3"] == ["queued", 0, None]
     assert (result["released"], result["completed"]) == (2, 1)
     assert exited - sent >= 1.0  # it did wait for the drain deadline
-    assert "drain deadline passed" in err
+    assert "drain deadline passed (1 s); job" in err
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
-def test_a_second_sigint_during_the_drain_releases_at_once() -> None:
+def test_a_second_sigint_during_the_drain_releases_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tether.worker")
     app, job, pool, gate = stuck_pool()
     observed: dict[str, object] = {}
 
@@ -247,5 +263,34 @@ def test_a_second_sigint_during_the_drain_releases_at_once() -> None:
     stats = pool.run()  # a KeyboardInterrupt here would fail the test: SIGINT is handled
     helper.join(10)
     assert observed["during_drain"] is JobStatus.RUNNING
-    assert app.get(job.id).status is JobStatus.QUEUED
-    assert stats.released == 1
+    messages = assert_drain_abandoned(caplog, app, job, stats, by="second SIGINT")
+    assert any(m.endswith("stop requested by SIGINT (a second one abandons the drain)") for m in messages), messages
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_a_second_sigterm_before_the_drain_began_still_abandons_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Two quick SIGTERMs: the second lands after the first ended run()'s wait but before stop()
+    starts the drain.  It is a second signal all the same: the drain is abandoned at once and the
+    log says so (it used to be swallowed: a full drain, then "drain deadline passed")."""
+    caplog.set_level(logging.INFO, logger="tether.worker")
+    app, job, pool, gate = stuck_pool(drain_timeout=10)  # unfixed, the drain would run its 10 s
+
+    class SecondSigterm(logging.Handler):
+        """Raises the second SIGTERM on the main thread as run() logs the first, i.e. exactly in
+        the window between the first signal and the drain (raise_signal runs the handler at once)."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if "stop requested by SIGTERM" in record.getMessage():
+                signal.raise_signal(signal.SIGTERM)
+
+    hook = SecondSigterm()
+    logging.getLogger("tether.worker").addHandler(hook)
+    helper = threading.Thread(target=lambda: (gate.wait(20), os.kill(os.getpid(), signal.SIGTERM)))
+    helper.start()
+    try:
+        stats = pool.run()
+    finally:
+        logging.getLogger("tether.worker").removeHandler(hook)
+        helper.join(10)
+    messages = assert_drain_abandoned(caplog, app, job, stats, by="second SIGTERM")
+    assert any(m.endswith("second SIGTERM: drain abandoned; releasing 1 running job(s) now") for m in messages), messages
