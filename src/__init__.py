@@ -7,8 +7,7 @@ application object), ``tether.PermanentError``, ``tether.RetryPolicy``, the erro
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tether._lazy import lazy_names as _lazy_names
 
 __version__ = "0.1.0"
 
@@ -36,8 +35,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tether' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = _lazy_names(__name__, globals(), _EXPORTS)

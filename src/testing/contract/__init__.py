@@ -1,23 +1,15 @@
 """Public contract suites: any repository or dispatcher, ours or a third party's, runs them by supplying a fixture.
 
 ``from tether.testing.contract import RepositoryContract`` (needs pytest; see
-:mod:`tether.testing.contract.repository`).
+:mod:`tether.testing.contract.repository`); ``DispatcherContract`` lives in
+:mod:`tether.testing.contract.dispatcher` and is loaded only when asked for.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from tether._lazy import lazy_names as _lazy_names
 from tether.testing.contract.repository import RepositoryContract
 
+__all__ = ["DispatcherContract", "RepositoryContract"]
 
-def __getattr__(name: str) -> Any:
-    # The dispatcher contract lives in its own module; load it only when asked for.
-    if name == "DispatcherContract":
-        from tether.testing.contract import dispatcher
-
-        return dispatcher.DispatcherContract
-    raise AttributeError(name)
-
-
-__all__ = ["RepositoryContract"]
+__getattr__, __dir__ = _lazy_names(__name__, globals(), {"DispatcherContract": "tether.testing.contract.dispatcher"})
