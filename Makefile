@@ -11,8 +11,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# setuptools adds a notice to every editable install of a package whose folder is renamed
+# (pyproject.toml: package-dir tether = src): "Editable installation. Please be careful with folders
+# in your working directory with the same name as your package", which pip prints as a
+# BuildBackendWarning. Such an install imports through a finder that a ./tether folder would shadow;
+# this checkout has none (tests/unit/test_packaging.py checks), so on a first `make demo` the notice
+# is noise. Only it is silenced: any other warning still shows.
+EDITABLE_NOTICE := ignore:Editable installation:UserWarning
+
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS='$(EDITABLE_NOTICE)'"$${PYTHONWARNINGS:+,$$PYTHONWARNINGS}" $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
