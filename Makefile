@@ -32,6 +32,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 check: $(STAMP)
+	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

@@ -32,7 +32,7 @@ _EXPORTS = {
     "PermanentError": "tether.domain.errors",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = sorted(_EXPORTS) + ["__version__"]  # noqa: PLE0605 - built from the lazy-export table, one list
 
 
 __getattr__, __dir__ = _lazy_names(__name__, globals(), _EXPORTS)

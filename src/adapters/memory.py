@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import Any
 
 import attrs
-
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
@@ -33,7 +32,7 @@ from tether.ports.repository import JobRepository
 class MemoryTransaction:
     """A unit of work of :class:`InMemoryJobRepository`; pass it as ``connection=``."""
 
-    def __init__(self, repository: "InMemoryJobRepository") -> None:
+    def __init__(self, repository: InMemoryJobRepository) -> None:
         self.repository = repository
         self.staged: list[Job] = []
         self.callbacks: list[Callable[[], None]] = []

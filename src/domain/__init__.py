@@ -19,8 +19,8 @@ from tether.domain.lease import Lease, check_fence, holds_lease, new_lease_token
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 
 __all__ = [
-    "ConfigurationError",
     "DEFAULT_MAX_ATTEMPTS",
+    "ConfigurationError",
     "EnqueueResult",
     "InvalidTransition",
     "Job",

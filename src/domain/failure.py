@@ -26,14 +26,14 @@ def describe_failure(exc: BaseException, max_chars: int = DEFAULT_MAX_ERROR_CHAR
     """
     try:
         name = type(exc).__qualname__
-    except Exception:  # pragma: no cover - a type always has a name, but never trust it
+    except Exception:  # noqa: BLE001  # pragma: no cover - a type always has a name, but never trust it
         name = "Exception"
     try:
         message = str(exc)
     except BaseException as inner:  # noqa: BLE001 - whatever __str__ does, we must not fail
         try:
             inner_name = type(inner).__name__
-        except Exception:  # pragma: no cover
+        except Exception:  # noqa: BLE001  # pragma: no cover - describing a failure must not fail
             inner_name = "error"
         message = f"<unprintable: str() raised {inner_name}>"
     if not isinstance(message, str):  # pragma: no cover - str() always returns str

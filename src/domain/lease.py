@@ -16,7 +16,6 @@ import secrets
 from datetime import datetime
 
 import attrs
-
 from tether.domain.errors import LeaseLost
 from tether.domain.job import Job, JobStatus
 
@@ -46,7 +45,7 @@ class Lease:
     expires_at: datetime
 
     @classmethod
-    def of(cls, job: Job) -> "Lease":
+    def of(cls, job: Job) -> Lease:
         """The lease of a running job.
 
         Raises:

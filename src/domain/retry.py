@@ -17,7 +17,6 @@ import math
 from datetime import datetime, timedelta
 
 import attrs
-
 from tether.domain.errors import ValidationError
 
 DEFAULT_MAX_ATTEMPTS = 3

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from tether.domain.errors import ValidationError
-
-UTC = timezone.utc
 
 
 def ensure_utc(value: object, field: str) -> datetime:
@@ -34,3 +32,6 @@ def from_micros(value: int) -> datetime:
     from datetime import timedelta
 
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(value))
+
+
+__all__ = ["UTC", "ensure_utc", "from_micros", "to_micros"]  # UTC re-exported: the one every layer uses

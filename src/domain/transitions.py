@@ -28,7 +28,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import attrs
-
 from tether.domain.errors import InvalidTransition
 from tether.domain.failure import sanitize_text
 from tether.domain.job import Job, JobStatus, NewJob

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -159,28 +159,28 @@ def _setting_option(setting: str, help: str, *short: str, parser: Any = None, me
 
 
 DatabaseUrl = Annotated[
-    Optional[str],
+    str | None,
     _setting_option(
         "database_url",
         "Where jobs live: memory://, sqlite:///path.db or postgresql+psycopg://user@host/db. [default: sqlite:///tether.db]",
     ),
 ]
 RedisUrl = Annotated[
-    Optional[str], _setting_option("redis_url", "Redis URL for Redis Streams dispatch. [default: none, poll the database]")
+    str | None, _setting_option("redis_url", "Redis URL for Redis Streams dispatch. [default: none, poll the database]")
 ]
 RedisPrefix = Annotated[
-    Optional[str],
+    str | None,
     _setting_option("redis_prefix", "Key prefix of the Redis streams; the same as the workers'. [default: tether]"),
 ]
 RedisClusterSwitch = Annotated[
-    Optional[bool],
+    bool | None,
     _setting_option(
         "redis_cluster",
         "The Redis URL names a node of a Redis Cluster (env: 1/0, true/false). [default: a standalone server]",
         parser=switch,
     ),
 ]
-Schema = Annotated[Optional[str], _setting_option("schema", "Database schema holding Tether's tables (PostgreSQL).")]
+Schema = Annotated[str | None, _setting_option("schema", "Database schema holding Tether's tables (PostgreSQL).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 #: How the worker's duration settings parse (their ranges are the settings' to check).
 _SECONDS: dict[str, Any] = {"parser": number_of_seconds, "metavar": "SECONDS"}
@@ -193,7 +193,7 @@ def _settings(**overrides: Any) -> Settings:
 
 
 @contextmanager
-def _open(settings: Settings, *, create: bool = False) -> Iterator["Tether"]:
+def _open(settings: Settings, *, create: bool = False) -> Iterator[Tether]:
     """The app on the configured store.  Only ``enqueue`` creates missing tables (``create``);
     the other commands report them missing, so a mistyped URL is not mistaken for an empty store."""
     from tether.entrypoints.container import from_settings
@@ -285,22 +285,22 @@ def parse_run_at(text: str | None) -> datetime | None:
 def enqueue(
     job_type: Annotated[str, typer.Argument(metavar="JOB_TYPE", help="The job type (the handler's name), e.g. emails.send.")],
     payload: Annotated[str, typer.Option("--payload", "-p", help="The payload as JSON.")] = "{}",
-    queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue name. [default: default]")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Queue name. [default: default]")] = None,
     priority: Annotated[int, typer.Option("--priority", parser=integer(), metavar="N", help="Higher runs first.")] = 0,
     delay: Annotated[
-        Optional[float],
+        float | None,
         typer.Option("--delay", parser=seconds(), metavar="SECONDS", help="Run no sooner than this many seconds from now."),
     ] = None,
     run_at: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--run-at", help="Run no sooner than this ISO 8601 time with offset, e.g. 2026-05-01T09:30:00Z."),
     ] = None,
     max_attempts: Annotated[
-        Optional[int],
+        int | None,
         typer.Option("--max-attempts", parser=integer(), metavar="N", help="Leases allowed in all (1-10,000). [default: 3]"),
     ] = None,
     idempotency_key: Annotated[
-        Optional[str], typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")
+        str | None, typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")
     ] = None,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
@@ -355,13 +355,13 @@ def enqueue(
 @jobs_app.command("list", cls=FlagNamingCommand)
 def jobs_list(
     status: Annotated[
-        Optional[JobStatus],
+        JobStatus | None,
         typer.Option(
             "--status", "-s", parser=choice(JobStatus), metavar="STATUS",
             help="Only jobs in this status: " + ", ".join(s.value for s in JobStatus) + ".",
         ),
     ] = None,
-    queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Only jobs in this queue.")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only jobs in this queue.")] = None,
     limit: Annotated[
         int, typer.Option("--limit", "-n", parser=integer(1, 10_000), metavar="N", help="At most this many jobs (1-10,000).")
     ] = 50,
@@ -557,7 +557,7 @@ def db_upgrade(
                                    "(connects to nothing)."),
     ] = False,
     from_version: Annotated[
-        Optional[int],
+        int | None,
         typer.Option("--from-version", parser=integer(), metavar="N",
                      help="With --sql: the schema version the database is at [default: none, an empty database]."),
     ] = None,
@@ -648,7 +648,7 @@ def db_version(
         raise typer.Exit(1)
 
 
-def load_app(spec: str) -> "Tether":
+def load_app(spec: str) -> Tether:
     """Import ``module:attribute`` (attribute defaults to ``app``) and return the Tether it names.
 
     The attribute may be a :class:`Tether` or a function returning one.  The current directory is
@@ -697,17 +697,17 @@ def worker(
         ),
     ],
     concurrency: Annotated[
-        Optional[int], _setting_option("concurrency", "Worker threads. [default: 4]", "-c", parser=integer(), metavar="N")
+        int | None, _setting_option("concurrency", "Worker threads. [default: 4]", "-c", parser=integer(), metavar="N")
     ] = None,
     prefetch: Annotated[
-        Optional[int],
+        int | None,
         _setting_option(
             "prefetch", "Most jobs leased ahead of the free threads, while jobs are short. [default: concurrency]",
             parser=integer(), metavar="N",
         ),
     ] = None,
     queues: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option(
             "--queue",
             "-q",
@@ -715,28 +715,28 @@ def worker(
         ),
     ] = None,
     lease_timeout: Annotated[
-        Optional[float],
+        float | None,
         _setting_option("lease_timeout", "Seconds a lease lasts without a heartbeat. [default: 900]", **_SECONDS),
     ] = None,
     heartbeat_interval: Annotated[
-        Optional[float],
+        float | None,
         _setting_option("heartbeat_interval", "Seconds between lease heartbeats. [default: lease timeout / 3]", **_SECONDS),
     ] = None,
     reap_interval: Annotated[
-        Optional[float], _setting_option("reap_interval", "Seconds between reaper passes. [default: 30]", **_SECONDS)
+        float | None, _setting_option("reap_interval", "Seconds between reaper passes. [default: 30]", **_SECONDS)
     ] = None,
     drain_timeout: Annotated[
-        Optional[float],
+        float | None,
         _setting_option(
             "drain_timeout", "On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]",
             **_SECONDS,
         ),
     ] = None,
     log_level: Annotated[
-        Optional[str], _setting_option("log_level", "DEBUG, INFO, WARNING or ERROR. [default: INFO]")
+        str | None, _setting_option("log_level", "DEBUG, INFO, WARNING or ERROR. [default: INFO]")
     ] = None,
     worker_id: Annotated[
-        Optional[str], typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")
+        str | None, typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")
     ] = None,
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Exit once no job is queued, retrying or running in the worker's queues.")
@@ -801,17 +801,17 @@ def _configure_logging(level: str) -> None:
 @app.command(cls=FlagNamingCommand)
 def demo(
     path: Annotated[
-        Optional[str], typer.Option("--path", help="Directory whose files become jobs. [default: this Python's standard library]")
+        str | None, typer.Option("--path", help="Directory whose files become jobs. [default: this Python's standard library]")
     ] = None,
     pattern: Annotated[str, typer.Option("--pattern", help="Glob of the file names to take.")] = "*.py",
     database_url: Annotated[
-        Optional[str], typer.Option("--database-url", help="Where the demo's jobs live. [default: sqlite file in --out]")
+        str | None, typer.Option("--database-url", help="Where the demo's jobs live. [default: sqlite file in --out]")
     ] = None,
     redis_url: Annotated[
-        Optional[str], typer.Option("--redis-url", help="Dispatch through Redis Streams. [default: poll the database]")
+        str | None, typer.Option("--redis-url", help="Dispatch through Redis Streams. [default: poll the database]")
     ] = None,
     redis_prefix: Annotated[str, typer.Option("--redis-prefix", help="Key prefix of the demo's Redis streams.")] = "tether",
-    schema: Annotated[Optional[str], typer.Option("--schema", help="Database schema (PostgreSQL).")] = None,
+    schema: Annotated[str | None, typer.Option("--schema", help="Database schema (PostgreSQL).")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", parser=integer(), metavar="N", help="Worker threads (1-256).")] = 4,
     out: Annotated[str, typer.Option("--out", help="Folder for the demo database and results.")] = "tether-demo",
     fresh: Annotated[bool, typer.Option("--fresh", help="Start from an empty demo database and results file.")] = False,

@@ -86,7 +86,7 @@ class Refill:
 
 
 class _Pending:
-    __slots__ = ("job_id", "token", "done", "give_up_at")
+    __slots__ = ("done", "give_up_at", "job_id", "token")
 
     def __init__(self, job_id: int, token: str, done: Done, give_up_at: float) -> None:
         self.job_id = job_id
@@ -291,7 +291,7 @@ class CompletionBatcher:
     def _answer(pending: _Pending, result: Job | BaseException) -> None:
         try:
             pending.done(result)
-        except BaseException:  # noqa: BLE001 - one callback never stops the flusher
+        except BaseException:  # one callback never stops the flusher
             logger.exception("completion callback for job %s raised", pending.job_id)
 
 

@@ -207,7 +207,7 @@ def make_handler(results: ResultsFile, recorder: _Recorder, clock: Clock) -> Any
     """The ``demo.file_stats`` handler over ``results``; it records first-attempt start latency,
     measured on ``clock`` (the app's own, the one ``created_at`` came from)."""
 
-    def file_stats_job(payload: dict[str, Any], ctx: "JobContext") -> None:
+    def file_stats_job(payload: dict[str, Any], ctx: JobContext) -> None:
         started = clock.now()
         job = ctx.job
         if job.attempts == 1:
@@ -231,7 +231,7 @@ def make_handler(results: ResultsFile, recorder: _Recorder, clock: Clock) -> Any
     return file_stats_job
 
 
-def _all_demo_jobs(app: "Tether") -> Iterator[Job]:
+def _all_demo_jobs(app: Tether) -> Iterator[Job]:
     offset = 0
     while True:
         page = app.list(queue=QUEUE, limit=1000, offset=offset)
@@ -361,7 +361,7 @@ def _stop_logging_to_file(saved: tuple[logging.Handler, int, bool]) -> None:
     handler.close()
 
 
-def _run_with_progress(app: "Tether", pool: Any, pending_at_start: int, console: Console) -> bool:
+def _run_with_progress(app: Tether, pool: Any, pending_at_start: int, console: Console) -> bool:
     """Run ``pool`` to idle with a progress bar fed from the store's counts; True if interrupted."""
     done = threading.Event()
     progress = Progress(
@@ -379,7 +379,7 @@ def _run_with_progress(app: "Tether", pool: Any, pending_at_start: int, console:
         while not done.wait(0.1):
             try:
                 left = _unfinished(app.counts(queue=QUEUE))
-            except Exception:  # noqa: BLE001 - the bar is cosmetic; the pool reports real errors
+            except Exception:  # noqa: BLE001, S112 - the bar is cosmetic; the pool reports real errors
                 continue
             progress.update(task, completed=max(pending_at_start - left, 0))
 
@@ -404,7 +404,7 @@ def _run_with_progress(app: "Tether", pool: Any, pending_at_start: int, console:
 
 
 def _summarise(
-    app: "Tether",
+    app: Tether,
     options: DemoOptions,
     plans: dict[str, Any],
     results: ResultsFile,

@@ -99,9 +99,8 @@ class ResultsFile:
     def append(self, record: dict[str, Any]) -> None:
         """Write one record as a line and flush it."""
         line = json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
-        with self._lock:
-            with self.path.open("a", encoding="utf-8") as handle:
-                handle.write(line)
+        with self._lock, self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
 
     def read(self) -> dict[str, dict[str, Any]]:
         """Every record by its ``path``, the last one winning; an empty dict if there is no file."""

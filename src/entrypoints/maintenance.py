@@ -18,11 +18,11 @@ import threading
 import time
 from datetime import datetime, timedelta
 
+from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds
-from tether.adapters.log_limits import RateLimitedLog
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -81,7 +81,7 @@ class Reaper:
         if retrying and self.dispatcher is not None:
             try:
                 self.dispatcher.notify(retrying)
-            except Exception:  # noqa: BLE001 - a notification is an optimisation; the poll/sweep finds the job
+            except Exception:  # a notification is an optimisation; the poll/sweep finds the job
                 logger.exception("dispatcher notify failed for %d reaped jobs (they will be found by the next poll or sweep)", len(retrying))
         return reaped
 
@@ -185,4 +185,4 @@ class MaintenanceLoop:
             self._stop.wait(max(min(next_reap, next_maintain) - time.monotonic(), 0.0))
 
 
-__all__ = ["MaintenanceLoop", "REAP_BATCH", "Reaper", "purge_cutoff", "purge_finished"]
+__all__ = ["REAP_BATCH", "MaintenanceLoop", "Reaper", "purge_cutoff", "purge_finished"]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from types import MappingProxyType, TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, Self, TypeVar, overload
 
 import attrs
 from tether.domain.errors import ConfigurationError, ValidationError
@@ -29,8 +29,8 @@ from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from tether.domain.validation import (
-    MAX_ATTEMPTS_LIMIT,
     DEFAULT_QUEUE,
+    MAX_ATTEMPTS_LIMIT,
     prepare_job,
     validate_int,
     validate_queue,
@@ -205,7 +205,7 @@ class Tether:
         def notify() -> None:
             try:
                 self.dispatcher.notify(jobs)
-            except Exception:  # noqa: BLE001 - the job is committed; a poll or sweep will find it
+            except Exception:  # the job is committed; a poll or sweep will find it
                 logger.exception(
                     "dispatcher notify failed for %d job(s) (ids %s...); they are stored and will be found by the next poll or sweep",
                     len(jobs), [j.id for j in jobs[:5]],
@@ -394,10 +394,10 @@ class Tether:
         for close in (self.dispatcher.close, self.repository.close):
             try:
                 close()
-            except Exception:  # noqa: BLE001 - closing must get through every resource
+            except Exception:  # closing must get through every resource
                 logger.exception("error while closing %r", close)
 
-    def __enter__(self) -> "Tether":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -170,7 +170,7 @@ def _check_sqlite_url(url: str, scheme: str) -> None:
 def sqlite_path(url: str) -> str:
     """The file path of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL (query left out)."""
     rest = url.split("://", 1)[1].split("?", 1)[0]
-    return rest[1:] if rest.startswith("/") else rest
+    return rest.removeprefix("/")
 
 
 def check_redis_url(url: str | None) -> str | None:

@@ -65,9 +65,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import attrs
+from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import LeaseLost, StorageUnavailable, ValidationError
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
@@ -78,7 +79,6 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.execution import Outcome, execute_job
 from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
-from tether.adapters.log_limits import RateLimitedLog
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -427,7 +427,7 @@ class WorkerPool:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)  # type: ignore[arg-type]
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> Self:
         """``with app.worker(...) as pool:`` starts the pool, and stops it (with its drain) on exit."""
         self.start()
         return self
@@ -562,7 +562,7 @@ class WorkerPool:
     def _deliver_refill(self, jobs: list[Job], reserved: int) -> None:
         try:
             self._hand_out(jobs, reserved)
-        except BaseException:  # noqa: BLE001 - never break the flusher; the reaper takes them back
+        except BaseException:  # never break the flusher; the reaper takes them back
             logger.exception("worker %s: could not hand out %d jobs leased with completions", self.worker_id, len(jobs))
         if jobs:
             told = getattr(self.dispatcher, "leased_directly", None)  # a third-party dispatcher may lack it
@@ -584,7 +584,7 @@ class WorkerPool:
             started = time.monotonic()
             try:
                 self._process(entry)
-            except BaseException:  # noqa: BLE001 - one job never kills the thread (C18)
+            except BaseException:  # one job never kills the thread (C18)
                 logger.exception("worker %s: unexpected error while processing job %s", self.worker_id, entry.job.id)
             finally:
                 seconds = time.monotonic() - started
@@ -765,7 +765,7 @@ class WorkerPool:
                               self.worker_id, what, job.id, describe_failure(exc, 500))
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-            except Exception:  # noqa: BLE001 - e.g. a bug in an adapter: never kill the thread
+            except Exception:  # e.g. a bug in an adapter: never kill the thread
                 logger.exception("worker %s: %s of job %s failed; the reaper will take the job back", self.worker_id, what, job.id)
                 return None
 
@@ -783,7 +783,7 @@ class WorkerPool:
                 self._count("lease_lost")
                 logger.warning("worker %s: release of job %s refused: lease already lost", self.worker_id, entry.job.id)
                 return
-            except Exception:  # noqa: BLE001 - the reaper takes it back at lease expiry
+            except Exception:  # the reaper takes it back at lease expiry
                 logger.exception(
                     "worker %s: could not release job %s; the reaper will take it back when its lease expires",
                     self.worker_id, entry.job.id,
@@ -813,7 +813,7 @@ class WorkerPool:
             self._count("released")
         except LeaseLost:
             self._count("lease_lost")
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.exception("worker %s: could not release unstarted job %s; the reaper will take it back", self.worker_id, job.id)
 
 

@@ -56,7 +56,7 @@ class Dispatcher(Protocol):
         :meth:`leases_from`), not through :meth:`acquire`: a broker dispatcher retires as many of
         its messages so they do not buy a second lease later.  Must not raise or block for long.
         Default: nothing (polling keeps no messages)."""
-        return None
+        return
 
     def maintain(self, now: datetime) -> None:
         """Periodic upkeep (re-publishing due jobs, reclaiming pending entries); may do nothing."""

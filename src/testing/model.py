@@ -207,4 +207,4 @@ class JobModel:
         return [j for j in self.jobs.values() if j.status == RUNNING]
 
 
-__all__ = ["JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound", "STATUSES"]
+__all__ = ["STATUSES", "JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound"]

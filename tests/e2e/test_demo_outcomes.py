@@ -36,7 +36,7 @@ def test_an_unplanned_failure_fails_the_demo_and_is_named(tmp_path: Path, monkey
 
     monkeypatch.setattr(demo, "file_stats", broken_stats)
     options = DemoOptions.create(path=str(tmp_path / "tree"), database_url="memory://", out=str(tmp_path / "out"), workers=2)
-    console = Console(file=open(tmp_path / "console.txt", "w"), width=200)
+    console = Console(file=open(tmp_path / "console.txt", "w"), width=200)  # noqa: SIM115 - closed below
     ok = run_demo(options, console=console)
     console.file.close()
     assert ok is False

@@ -46,7 +46,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return subprocess.run(  # noqa: PLW1510 - callers assert on the exit code
         [*tether_command(), *args],
         cwd=tmp_path,
         env=_env(tmp_path),

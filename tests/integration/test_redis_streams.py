@@ -281,7 +281,7 @@ def test_a_batch_publish_adds_one_entry_per_job_in_order_to_each_queues_stream(r
     jobs = [enqueue(repo, clock, queue=q) for q, n in sizes.items() for _ in range(n)]
     redis_client.script_flush()  # the server forgot the script (a restart): published all the same
     d.notify(jobs)
-    for queue, n in sizes.items():
+    for queue in sizes:
         entries = redis_client.xrange(d.keys.stream(queue))
         assert [fields for _, fields in entries] == [{"id": str(j.id)} for j in jobs if j.queue == queue]
     assert redis_client.smembers(d.keys.registry) >= set(sizes)

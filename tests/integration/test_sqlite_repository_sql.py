@@ -227,12 +227,11 @@ def test_a_write_outside_the_threads_own_open_transaction_is_refused_at_once(rep
     turn and then writes."""
     job = prepare_job("t.job", {"n": 1}, now=clock.now())
     other: list[Any] = []
-    with pytest.raises(StorageUnavailable, match="pass connection=tx"):
-        with repo.transaction() as tx:
-            repo.enqueue(job, now=clock.now(), connection=tx)
-            waiter = threading.Thread(target=lambda: other.append(repo.enqueue(job, now=clock.now()).job.id))
-            waiter.start()
-            repo.enqueue(job, now=clock.now())  # same thread, no connection=tx
+    with pytest.raises(StorageUnavailable, match="pass connection=tx"), repo.transaction() as tx:
+        repo.enqueue(job, now=clock.now(), connection=tx)
+        waiter = threading.Thread(target=lambda: other.append(repo.enqueue(job, now=clock.now()).job.id))
+        waiter.start()
+        repo.enqueue(job, now=clock.now())  # same thread, no connection=tx
     waiter.join(30)
     assert [j.id for j in repo.list_jobs()] == other and len(other) == 1  # only the other thread's job
 

@@ -114,7 +114,7 @@ def test_c05_a_job_that_kills_its_worker_every_time_ends_dead_after_three_runs(s
     for _ in range(8):
         proc = start_worker(url, script, records)
         try:
-            out, err = proc.communicate(timeout=60)
+            _out, err = proc.communicate(timeout=60)
         finally:
             stop(proc)
         exits.append(proc.returncode)

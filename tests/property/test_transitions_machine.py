@@ -9,7 +9,7 @@ with a token that does not hold the job raises LeaseLost and the stored job stay
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ from tether.domain.job import Job, JobStatus
 from tether.domain.lease import new_lease_token
 from tether.domain.validation import prepare_job
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 TIMEOUT = 30.0
 HOLDER_MOVES = ("complete", "fail_retry", "fail_final", "dead_letter", "heartbeat", "release")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -303,7 +303,7 @@ def test_enqueue_list_show_with_idempotency(db: str) -> None:
     created = datetime.fromisoformat(later["created_at"])
     assert scheduled - created == timedelta(seconds=3600)
     at = cli_json("enqueue", "reports.build", "--run-at", "2030-01-02T03:04:05+02:00", "--database-url", db)["job"]
-    assert datetime.fromisoformat(at["scheduled_at"]) == datetime(2030, 1, 2, 1, 4, 5, tzinfo=timezone.utc)
+    assert datetime.fromisoformat(at["scheduled_at"]) == datetime(2030, 1, 2, 1, 4, 5, tzinfo=UTC)
 
     listed = cli_json("jobs", "list", "--database-url", db)
     assert [j["id"] for j in listed["jobs"]] == [job["id"], later["id"], at["id"]]
@@ -390,12 +390,12 @@ def test_purge_deletes_only_finished_jobs_older_than_the_cutoff(db: str) -> None
 
 
 def test_reap_takes_back_an_expired_lease(db: str) -> None:
-    two_hours_ago = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat()
+    two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
     job_id = cli_json("enqueue", "slow", "--run-at", two_hours_ago, "--database-url", db)["job"]["id"]
     tether_app = connect(db)
     try:
         # A worker leased it an hour ago for 60 s and was never heard of again.
-        past = datetime.now(timezone.utc) - timedelta(hours=1)
+        past = datetime.now(UTC) - timedelta(hours=1)
         leased = tether_app.repository.lease(queues=None, worker_id="gone-worker", now=past, lease_timeout=60.0)
         assert [j.id for j in leased] == [job_id]
     finally:
@@ -411,9 +411,9 @@ def test_jobs_show_of_a_job_released_at_shutdown_then_completed_shows_no_error(d
     job_id = cli_json("enqueue", "deploy.survivor", "--database-url", db)["job"]["id"]
     tether_app = connect(db)
     try:  # a worker leased it and was stopped past its drain deadline: the job was released
-        (leased,) = tether_app.repository.lease(queues=None, worker_id="old", now=datetime.now(timezone.utc),
+        (leased,) = tether_app.repository.lease(queues=None, worker_id="old", now=datetime.now(UTC),
                                                  lease_timeout=60.0)
-        tether_app.repository.release(job_id, leased.lease_token or "", now=datetime.now(timezone.utc))
+        tether_app.repository.release(job_id, leased.lease_token or "", now=datetime.now(UTC))
     finally:
         tether_app.close()
     released = cli_json("jobs", "show", str(job_id), "--database-url", db)

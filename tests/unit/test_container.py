@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -66,7 +66,7 @@ def test_bad_url_is_refused_before_anything_opens_and_hides_the_password() -> No
 
 def test_connect_is_exported_and_runs_a_job_end_to_end() -> None:
     assert tether.connect is connect
-    clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc))
+    clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
     app = tether.connect(clock=clock, retry_policy=RetryPolicy(base_seconds=0.01, cap_seconds=0.01))
     seen: list[dict[str, object]] = []
 
@@ -76,7 +76,7 @@ def test_connect_is_exported_and_runs_a_job_end_to_end() -> None:
 
     result = app.enqueue("orders.confirm", {"order": 17})
     assert result.created
-    assert result.job.created_at == datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)  # the injected clock
+    assert result.job.created_at == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)  # the injected clock
     app.worker(concurrency=1, max_wait=0.05).run(stop_when_idle=True, install_signal_handlers=False)
     assert seen == [{"order": 17}]
     assert app.get(result.job.id).status is JobStatus.COMPLETED

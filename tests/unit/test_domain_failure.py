@@ -19,7 +19,7 @@ class TwoArgs(Exception):
 
 class StrReturnsNonStr(Exception):
     def __str__(self) -> str:
-        return 42  # type: ignore[return-value]
+        return 42  # type: ignore[return-value]  # noqa: PLE0307 - the point of this test
 
 
 def test_type_name_and_message() -> None:

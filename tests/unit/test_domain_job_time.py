@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import attrs
 import pytest
@@ -12,7 +12,7 @@ from tether.domain.job import JobStatus, lease_order_key
 from tether.domain.timeutil import ensure_utc, from_micros, to_micros
 from tether.domain.validation import prepare_job
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_status_classes() -> None:
@@ -55,9 +55,9 @@ def test_ensure_utc() -> None:
     [
         T0,
         T0 + timedelta(microseconds=1),
-        datetime(1970, 1, 1, tzinfo=timezone.utc),
-        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
-        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
     ],
 )
 def test_micros_round_trip(value: datetime) -> None:

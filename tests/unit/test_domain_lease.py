@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from tether.domain import transitions
@@ -10,7 +10,7 @@ from tether.domain.errors import LeaseLost
 from tether.domain.lease import Lease, check_fence, holds_lease, new_lease_token
 from tether.domain.validation import prepare_job
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_tokens_are_128_bit_hex_and_unique() -> None:

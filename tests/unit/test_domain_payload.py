@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from collections import OrderedDict
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -34,7 +34,7 @@ def test_equal_payloads_encode_equally() -> None:
         ({"x": float("nan")}, "payload.x"),
         ({"x": float("inf")}, "payload.x"),
         ({"x": float("-inf")}, "payload.x"),
-        ({"x": datetime(2026, 1, 1, tzinfo=timezone.utc)}, "payload.x"),
+        ({"x": datetime(2026, 1, 1, tzinfo=UTC)}, "payload.x"),
         ({"x": date(2026, 1, 1)}, "payload.x"),
         ({"x": Decimal("1.5")}, "payload.x"),
         ({"x": b"bytes"}, "payload.x"),

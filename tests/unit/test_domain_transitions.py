@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from tether.domain import transitions
@@ -13,7 +13,7 @@ from tether.domain.lease import new_lease_token
 from tether.domain.retry import RetryPolicy
 from tether.domain.validation import prepare_job
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def at(seconds: float) -> datetime:

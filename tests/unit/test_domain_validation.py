@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from tether.domain.errors import PayloadError, TetherError, ValidationError
@@ -14,7 +14,7 @@ from tether.domain.validation import (
     validate_worker_id,
 )
 
-NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def rejected(field: str, **overrides: object) -> ValidationError:

@@ -298,7 +298,7 @@ def test_get_list_and_counts(app: Tether, repo: InMemoryJobRepository, clock: Fa
     a = app.enqueue("t", {}, queue="qa").job
     b = app.enqueue("t", {}, queue="qb").job
     c = app.enqueue("t", {}, queue="qb").job
-    [leased] = repo.lease(queues=["qa"], worker_id="w", now=clock.now(), lease_timeout=60)
+    [_leased] = repo.lease(queues=["qa"], worker_id="w", now=clock.now(), lease_timeout=60)
     assert app.get(a.id).status is JobStatus.RUNNING
     assert [j.id for j in app.list()] == [a.id, b.id, c.id]
     assert [j.id for j in app.list(status="queued")] == [b.id, c.id]

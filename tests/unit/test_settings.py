@@ -133,20 +133,20 @@ def test_database_kind(url: str, kind: str) -> None:
     [
         (
             "sqlite://relative.db",
-            "'sqlite://relative.db' has two slashes, so 'relative.db' is read as a host name, and SQLite takes none; "
+            ("'sqlite://relative.db' has two slashes, so 'relative.db' is read as a host name, and SQLite takes none; "
             "write sqlite:///relative.db for a path relative to the current directory, "
-            "or sqlite:////absolute/path/relative.db for an absolute one",
+            "or sqlite:////absolute/path/relative.db for an absolute one"),
         ),
         (
             "sqlite://data/jobs.db?timeout=5",
-            "'sqlite://data/jobs.db?timeout=5' has two slashes, so 'data' is read as a host name, and SQLite takes none; "
+            ("'sqlite://data/jobs.db?timeout=5' has two slashes, so 'data' is read as a host name, and SQLite takes none; "
             "write sqlite:///data/jobs.db for a path relative to the current directory, "
-            "or sqlite:////absolute/path/jobs.db for an absolute one",
+            "or sqlite:////absolute/path/jobs.db for an absolute one"),
         ),
         (
             "sqlite:jobs.db",
-            "'sqlite:jobs.db' is not a SQLite URL; write sqlite:///jobs.db for a path relative to the current directory, "
-            "or sqlite:////absolute/path/jobs.db for an absolute one",
+            ("'sqlite:jobs.db' is not a SQLite URL; write sqlite:///jobs.db for a path relative to the current directory, "
+            "or sqlite:////absolute/path/jobs.db for an absolute one"),
         ),
     ],
 )

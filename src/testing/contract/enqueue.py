@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -115,12 +115,11 @@ class EnqueueContract(ContractSupport):
         assert repository.enqueue_many([], now=clock.now()) == []
 
     def test_enqueue_many_is_all_or_none_in_a_transaction(self, repository: JobRepository, clock: FakeClock) -> None:
-        with pytest.raises(Rollback):
-            with repository.transaction() as tx:
-                results = repository.enqueue_many([self.new_job(clock, {"n": i}) for i in range(3)],
-                                                  now=clock.now(), connection=tx)
-                assert len(results) == 3
-                raise Rollback
+        with pytest.raises(Rollback), repository.transaction() as tx:
+            results = repository.enqueue_many([self.new_job(clock, {"n": i}) for i in range(3)],
+                                              now=clock.now(), connection=tx)
+            assert len(results) == 3
+            raise Rollback
         assert self.total(repository) == 0
         with repository.transaction() as tx:
             repository.enqueue_many([self.new_job(clock, {"n": i}) for i in range(3)], now=clock.now(), connection=tx)
@@ -129,11 +128,10 @@ class EnqueueContract(ContractSupport):
     # -- C09: the caller's transaction -------------------------------------------------------
     def test_c09a_rollback_leaves_no_job_and_no_callback(self, repository: JobRepository, clock: FakeClock) -> None:
         calls: list[str] = []
-        with pytest.raises(Rollback):
-            with repository.transaction() as tx:
-                job = repository.enqueue(self.new_job(clock, {"order": 7}), now=clock.now(), connection=tx).job
-                repository.on_commit(tx, lambda: calls.append("notified"))
-                raise Rollback
+        with pytest.raises(Rollback), repository.transaction() as tx:
+            job = repository.enqueue(self.new_job(clock, {"order": 7}), now=clock.now(), connection=tx).job
+            repository.on_commit(tx, lambda: calls.append("notified"))
+            raise Rollback
         assert calls == []
         assert self.total(repository) == 0 and repository.list_jobs() == []
         with pytest.raises(JobNotFound):
@@ -242,7 +240,7 @@ class EnqueueContract(ContractSupport):
 
     @pytest.mark.parametrize(
         "value",
-        [float("nan"), float("inf"), datetime(2026, 1, 1, tzinfo=timezone.utc), Decimal("1.5"), b"bytes", {1, 2}],
+        [float("nan"), float("inf"), datetime(2026, 1, 1, tzinfo=UTC), Decimal("1.5"), b"bytes", {1, 2}],
         ids=["nan", "inf", "datetime", "decimal", "bytes", "set"],
     )
     def test_c12_values_json_cannot_carry_are_rejected(self, repository: JobRepository, clock: FakeClock, value: Any) -> None:
