@@ -20,7 +20,8 @@ import redis
 # Helper modules whose asserts should explain their failures like a test's own (before any import).
 pytest.register_assert_rewrite("tests.executions", "tests.integration.sql_repository_checks", "tests.postgres_fixtures")
 
-from tests.redis_cluster import ThrowawayRedisCluster, binaries_missing
+from tests.redis_cluster import ThrowawayRedisCluster
+from tests.throwaway_redis import binaries_missing
 
 DATABASE_URL = os.environ.get("TETHER_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -8,42 +8,17 @@ tests/integration/test_redis_cluster.py).  Nothing touches the shared Redis test
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import redis
 from redis.crc import key_slot
 
-FIRST_PORT = 42000
+from tests.throwaway_redis import FIRST_PORT, client_of, free_port, spawn_server, wait_for_server, wait_until
+
 #: Milliseconds before a silent master counts as failed (low, so failover tests stay short).
 NODE_TIMEOUT_MS = 1000
-
-
-def free_port(start: int = FIRST_PORT) -> int:
-    """The first port from ``start`` on which nothing listens (nor its cluster bus port + 10000)."""
-    for port in range(start, start + 2000):
-        ok = True
-        for candidate in (port, port + 10000):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.bind(("127.0.0.1", candidate))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return port
-    raise RuntimeError(f"no free port from {start}")
-
-
-def binaries_missing() -> str | None:
-    """Why a cluster cannot be started here (None if it can)."""
-    for name in ("redis-server", "redis-cli"):
-        if shutil.which(name) is None:
-            return f"{name} is not installed"
-    return None
 
 
 class ThrowawayRedisCluster:
@@ -88,10 +63,10 @@ class ThrowawayRedisCluster:
             master = masters[index % len(masters)]
             replica = self.client(port)
             replica.cluster("meet", "127.0.0.1", str(master))
-            self._wait(lambda p=port, m=master: self._try_replicate(p, m), f"{port} to replicate {master}")
+            wait_until(lambda p=port, m=master: self._try_replicate(p, m), f"{port} to replicate {master}")
         self.wait_ok(self.ports)
         if self._replicas:
-            self._wait(self._replicas_synced, "replicas to sync")
+            wait_until(self._replicas_synced, "replicas to sync")
         return self
 
     def _try_replicate(self, port: int, master: int) -> bool:
@@ -109,22 +84,12 @@ class ThrowawayRedisCluster:
         return True
 
     def _spawn(self, port: int) -> None:
-        log = open(self.root / f"redis-{port}.log", "wb")  # noqa: SIM115 - kept open by the process
-        self.procs[port] = subprocess.Popen(
-            [
-                "redis-server",
-                "--port", str(port),
-                "--bind", "127.0.0.1",
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", str(self.root / f"nodes-{port}.conf"),
-                "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                "--dir", str(self.root),
-                "--save", "",
-                "--appendonly", "no",
-                "--daemonize", "no",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        self.procs[port] = spawn_server(
+            self.root,
+            port,
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", str(self.root / f"nodes-{port}.conf"),
+            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -149,7 +114,7 @@ class ThrowawayRedisCluster:
         return f"redis://127.0.0.1:{port or self.ports[0]}/0"
 
     def client(self, port: int) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=10)
+        return client_of(port)
 
     def node_id(self, port: int) -> str:
         return str(self.client(port).execute_command("CLUSTER", "MYID"))
@@ -170,30 +135,12 @@ class ThrowawayRedisCluster:
 
     def wait_ok(self, ports: list[int] | None = None, timeout: float = 30.0) -> None:
         for port in ports or self._alive():
-            self._wait(
+            wait_until(
                 lambda p=port: self.client(p).cluster("info").get("cluster_state") == "ok", f"{port} cluster_state:ok", timeout
             )
 
     def _wait_ping(self, port: int) -> None:
-        def ping() -> bool:
-            try:
-                return bool(self.client(port).ping())
-            except redis.ConnectionError:
-                return False
-
-        self._wait(ping, f"redis-server on {port}")
-
-    @staticmethod
-    def _wait(check, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if check():
-                    return
-            except redis.RedisError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        wait_for_server(self.procs[port], port, self.root / f"redis-{port}.log")
 
     def move_slot(self, slot: int, target: int) -> None:
         """Reshard ``slot`` to the master on ``target`` the way ``redis-cli --cluster reshard``
@@ -213,7 +160,7 @@ class ThrowawayRedisCluster:
         for port in self.masters():
             if self.procs[port].poll() is None:
                 self.client(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
-        self._wait(lambda: all(self.owner(slot, via=p) == target for p in self._alive()), f"slot {slot} on {target} everywhere")
+        wait_until(lambda: all(self.owner(slot, via=p) == target for p in self._alive()), f"slot {slot} on {target} everywhere")
 
 
 def prefix_on(cluster: ThrowawayRedisCluster, port: int, stem: str) -> str:

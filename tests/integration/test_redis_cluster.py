@@ -25,8 +25,9 @@ from tether.domain.validation import prepare_job
 
 from tests.conftest import REDIS_URL, RUN_ID, service_unavailable
 from tests.dispatch_workers import DispatcherWorkers
-from tests.redis_cluster import ThrowawayRedisCluster, binaries_missing, free_port, prefix_on, slot_of
+from tests.redis_cluster import ThrowawayRedisCluster, prefix_on, slot_of
 from tests.redis_fixtures import delete_keys
+from tests.throwaway_redis import binaries_missing, free_port
 
 pytestmark = pytest.mark.redis
 _counter = itertools.count()
