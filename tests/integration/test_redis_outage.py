@@ -5,8 +5,9 @@ Outages are real: the dispatchers reach Redis through a TCP proxy that this test
 every connection and refusing new ones) and restores, so nothing else on the shared server is
 disturbed.  Data loss is ``FLUSHDB`` on Redis database 15, which only these tests use: the
 dispatcher sees exactly what FLUSHALL or a restart without persistence would do to it, without
-wiping database 0 under other test runs sharing the server.  Times are scaled down from the case
-(delayed jobs due at +3 s instead of +10 s).
+wiping database 0 under other test runs sharing the server (the real thing, a restarted
+``redis-server`` and a literal FLUSHALL, runs on a private server in test_redis_restart.py).
+Times are scaled down from the case (delayed jobs due at +3 s instead of +10 s).
 """
 
 from __future__ import annotations
