@@ -7,6 +7,7 @@ tests/integration/test_redis_cluster.py).  Nothing touches the shared Redis test
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import tempfile
@@ -63,7 +64,7 @@ class ThrowawayRedisCluster:
             master = masters[index % len(masters)]
             replica = self.client(port)
             replica.cluster("meet", "127.0.0.1", str(master))
-            wait_until(lambda p=port, m=master: self._try_replicate(p, m), f"{port} to replicate {master}")
+            wait_until(functools.partial(self._try_replicate, port, master), f"{port} to replicate {master}")
         self.wait_ok(self.ports)
         if self._replicas:
             wait_until(self._replicas_synced, "replicas to sync")
@@ -135,9 +136,10 @@ class ThrowawayRedisCluster:
 
     def wait_ok(self, ports: list[int] | None = None, timeout: float = 30.0) -> None:
         for port in ports or self._alive():
-            wait_until(
-                lambda p=port: self.client(p).cluster("info").get("cluster_state") == "ok", f"{port} cluster_state:ok", timeout
-            )
+            wait_until(functools.partial(self._cluster_ok, port), f"{port} cluster_state:ok", timeout)
+
+    def _cluster_ok(self, port: int) -> bool:
+        return bool(self.client(port).cluster("info").get("cluster_state") == "ok")
 
     def _wait_ping(self, port: int) -> None:
         wait_for_server(self.procs[port], port, self.root / f"redis-{port}.log")
