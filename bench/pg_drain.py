@@ -202,7 +202,8 @@ def bulk_only(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.rounds):
         postgres = not args.database_url.startswith("sqlite")
         schema = f"tether_bench_{uuid.uuid4().hex[:8]}" if postgres else None
-        app = _connect(args.database_url, schema)
+        prefix = f"tether-bench-{uuid.uuid4().hex[:8]}"
+        app = _connect(args.database_url, schema, args.redis_url, prefix)
         try:
             requests = [EnqueueRequest("bench.noop", {"i": i}) for i in range(args.jobs)]
             started = time.perf_counter()
@@ -213,7 +214,9 @@ def bulk_only(args: argparse.Namespace) -> dict[str, Any]:
             if schema:
                 app.repository.drop_schema()
             app.close()
-    return {"peer": "tether", "workload": "bulk", "jobs": args.jobs, "chunk": args.chunk, "rounds": rates,
+            if args.redis_url:
+                delete_redis_keys(args.redis_url, prefix)
+    return {"peer": "tether", "workload": "bulk", "dispatcher": "redis" if args.redis_url else "polling", "jobs": args.jobs, "chunk": args.chunk, "rounds": rates,
             "enqueue_bulk_jobs_s": statistics.median(rates), "load1": os.getloadavg()[0]}
 
 
