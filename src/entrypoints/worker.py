@@ -337,7 +337,9 @@ class WorkerPool:
         with self._lock:
             self._lock.notify_all()  # the acquirer may be waiting for a free thread
         self.dispatcher.wake()
-        logger.info("worker %s stopping: no new leases; draining %d jobs for up to %.1f s", self.worker_id, self.in_flight, drain)
+        in_flight = self.in_flight
+        logger.info("worker %s stopping: no new leases; draining %d job%s for up to %.1f s", self.worker_id, in_flight,
+                    "" if in_flight == 1 else "s", drain)
         deadline = time.monotonic() + drain
         self._join("tether-acquire", timeout=max(self.max_wait, 1.0) + 5.0)
         self._release_prefetched()
@@ -678,16 +680,17 @@ class WorkerPool:
         if counter is not None and not entry.deferred:  # a deferred completion is counted when written
             self._count(counter)
         if result.outcome is Outcome.RETRYING:
-            self._announce_retry(result.job)
+            self._announce(result.job)
 
-    def _announce_retry(self, job: Job) -> None:
-        """Tell the dispatcher about a job now ``retrying`` so it can be woken when its backoff
-        ends (Redis Streams publishes it then) instead of at the next sweep; never raises."""
+    def _announce(self, job: Job) -> None:
+        """Tell the dispatcher about a job that is leasable again (``retrying`` after a failure, or
+        ``queued`` after a release at shutdown) so another worker is woken when it is due (Redis
+        Streams publishes it then) instead of at the next sweep; never raises."""
         try:
             self.dispatcher.notify([job])
         except Exception:  # noqa: BLE001 - a lost notification costs latency, never the job
-            self._ratelog("notify", logging.WARNING, "could not tell the dispatcher about retrying job %d", job.id,
-                              exc_info=True)
+            self._ratelog("notify", logging.WARNING, "could not tell the dispatcher about %s job %d", job.status.value,
+                          job.id, exc_info=True)
 
     def _defer_complete(self, entry: _Running) -> bool:
         """Hand the job's completion to the batcher; False when it is closed (write it here)."""
@@ -778,7 +781,7 @@ class WorkerPool:
             entry.released = True
             entry.ctx.cancel()
             try:
-                self.repository.release(entry.job.id, entry.token, now=self.clock.now())
+                released = self.repository.release(entry.job.id, entry.token, now=self.clock.now())
             except LeaseLost:
                 self._count("lease_lost")
                 logger.warning("worker %s: release of job %s refused: lease already lost", self.worker_id, entry.job.id)
@@ -790,6 +793,7 @@ class WorkerPool:
                 )
                 return
         self._count("released")
+        self._announce(released)
         logger.warning("worker %s: %s; job %s cancelled and released back to its queue", self.worker_id, reason, entry.job.id)
 
     def _release_prefetched(self) -> None:
@@ -809,12 +813,14 @@ class WorkerPool:
         if job.lease_token is None:  # pragma: no cover - a dispatcher only returns leased jobs
             return
         try:
-            self.repository.release(job.id, job.lease_token, now=self.clock.now())
-            self._count("released")
+            released = self.repository.release(job.id, job.lease_token, now=self.clock.now())
         except LeaseLost:
             self._count("lease_lost")
         except Exception:
             logger.exception("worker %s: could not release unstarted job %s; the reaper will take it back", self.worker_id, job.id)
+        else:
+            self._count("released")
+            self._announce(released)
 
 
 __all__ = ["WorkerPool", "WorkerStats", "default_worker_id"]
