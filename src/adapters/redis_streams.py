@@ -53,8 +53,11 @@ The repository is the source of truth; Redis only carries "look at job N".  The 
   ``last-delivered-id``) is skipped that round: its consumers are behind, and re-publishing would
   only add duplicates; once they catch up, anything missing is published.
 * **Jobs due later**: ``notify`` of a job due in the future puts it on a local timer; a process
-  that also acquires (a worker) publishes it when due.  Elsewhere, and if the process dies, the
-  sweep publishes it within ``sweep_interval`` of its due time.
+  that also acquires or runs ``maintain`` (a worker) publishes it when due.  The sweeping process
+  also puts every job falling due before its next sweep on its own timer, so a job whose
+  enqueuer kept no timer (the CLI, a process that exited) is published when due by the sweeping
+  worker (within about a second if that worker is busy: ``maintain`` fires due timers too); the
+  sweep itself is the safety net.
 * **Bounded streams, and why trimming cannot lose a job**: every ``XADD`` trims its stream to about
   ``maxlen`` entries.  A trimmed entry is only a hint.  The job it named is still queued in the
   repository; the sweep re-publishes every due job nobody has leased once the queue's consumers
@@ -103,7 +106,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -366,6 +369,7 @@ class RedisStreamsDispatcher(Dispatcher):
         self._debts: dict[str, dict[int, None]] = {}
         self._acker: threading.Thread | None = None
         self._timers: list[tuple[datetime, int, str]] = []
+        self._timed: set[tuple[datetime, int]] = set()  # (due, job id) on the timer: each once
         self._blocked: dict[int, BlockingSession] = {}
         self._sessions: weakref.WeakSet[BlockingSession] = weakref.WeakSet()
         self._local = threading.local()
@@ -601,6 +605,9 @@ class RedisStreamsDispatcher(Dispatcher):
             for job in jobs:
                 if len(self._timers) >= TIMER_LIMIT:
                     break
+                if (job.scheduled_at, job.id) in self._timed:
+                    continue  # notified and swept, say: published once
+                self._timed.add((job.scheduled_at, job.id))
                 heapq.heappush(self._timers, (job.scheduled_at, job.id, job.queue))
 
     def _next_timer_in(self) -> float:
@@ -620,6 +627,7 @@ class RedisStreamsDispatcher(Dispatcher):
         with self._lock:
             while self._timers and self._timers[0][0] <= now:
                 due.append(heapq.heappop(self._timers))
+                self._timed.discard((due[-1][0], due[-1][1]))
         if not due or self._is_down():
             return  # while Redis is down, the fallback lease and later the sweep find them
         try:
@@ -1132,11 +1140,17 @@ class RedisStreamsDispatcher(Dispatcher):
         return lagging
 
     def _sweep(self, queues: Iterable[str], now: datetime) -> None:
-        """Re-publish due jobs nobody took."""
+        """Re-publish due jobs nobody took, and put the jobs falling due before the next sweep on
+        this process's timer, so that a job whose enqueuer kept no timer (a CLI call, a process
+        that exited) is published when due rather than up to ``sweep_interval`` later."""
         known = sorted(queues)
         lagging = self._lagging_queues(known)
         if known and len(lagging) == len(known):
             return  # every queue's consumers are behind: re-publishing now would only duplicate
+        horizon = now + timedelta(seconds=self._sweep_interval)
+        soon = [j for j in self._repository.due_jobs(now=horizon, queues=None, limit=SWEEP_LIMIT) if j.scheduled_at > now]
+        if soon:
+            self._remember_later(soon)
         due = [j for j in self._repository.due_jobs(now=now, queues=None, limit=SWEEP_LIMIT) if j.queue not in lagging]
         per_queue: dict[str, int] = {}
         kept: list[Job] = []

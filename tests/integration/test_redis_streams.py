@@ -425,3 +425,15 @@ def test_consumer_names_are_unique_per_start(repo, clock, make):
     a, b = make(), make()
     assert a.consumer != b.consumer
     assert a.consumer.rsplit("-", 2)[1] == b.consumer.rsplit("-", 2)[1]  # same pid, different suffix
+
+
+def test_a_delayed_job_whose_enqueuer_kept_no_timer_is_published_when_due_by_the_sweeper(redis_client, repo, clock, make):
+    d = make(sweep_interval=30.0)
+    assert d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=0) == []  # group, first sweep
+    # enqueued by another process that exited (or the CLI): nobody notified, nobody holds a timer
+    job = repo.enqueue(prepare_job("t.job", {}, now=clock.now(), delay=10), now=clock.now()).job
+    d.sweep(clock.now())  # the sweep sees it due within its interval: on this process's timer
+    assert redis_client.xlen(d.keys.stream("default")) == 0  # not published early
+    clock.advance(seconds=10)
+    [got] = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=1.0)
+    assert got.id == job.id  # published when due, 20 s before the next sweep could have
