@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.domain.errors import PayloadError
+from tether.domain.wording import with_article
 
 DEFAULT_MAX_PAYLOAD_BYTES = 65_536
 MAX_DEPTH = 64
@@ -32,11 +33,11 @@ def _check(value: Any, path: str, depth: int) -> None:
     if isinstance(value, int):
         if type(value) is not int and not isinstance(value, bool):
             # IntEnum and friends would encode as ints and come back as plain ints.
-            raise PayloadError(path, f"is a {type(value).__name__}; only plain int is JSON")
+            raise PayloadError(path, f"is {with_article(type(value).__name__)}; only plain int is JSON")
         return
     if isinstance(value, float):
         if type(value) is not float:
-            raise PayloadError(path, f"is a {type(value).__name__}; only plain float is JSON")
+            raise PayloadError(path, f"is {with_article(type(value).__name__)}; only plain float is JSON")
         if not math.isfinite(value):
             raise PayloadError(path, f"is {value!r}; JSON has no NaN or Infinity")
         return
@@ -56,7 +57,7 @@ def _check(value: Any, path: str, depth: int) -> None:
                 raise PayloadError(path, "has a key holding a NUL character (U+0000)")
             _check(item, f"{path}.{key}", depth + 1)
         return
-    raise PayloadError(path, f"is a {type(value).__name__}, which JSON cannot carry (use str, int, float, bool, None, list or dict)")
+    raise PayloadError(path, f"is {with_article(type(value).__name__)}, which JSON cannot carry (use str, int, float, bool, None, list or dict)")
 
 
 #: The canonical encoder (the settings of the module docstring), built once: ``json.dumps`` with

@@ -37,12 +37,14 @@ from rich.table import Table
 from tether.domain.errors import StorageUnavailable, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
+from tether.domain.wording import with_article
 from tether.entrypoints.cli_values import (
     FlagNamingCommand,
     choice,
     describe_usage_error,
     integer,
     number_of_seconds,
+    option_label,
     seconds,
     switch,
 )
@@ -652,11 +654,16 @@ def load_app(spec: str) -> Tether:
     """Import ``module:attribute`` (attribute defaults to ``app``) and return the Tether it names.
 
     The attribute may be a :class:`Tether` or a function returning one.  The current directory is
-    put on ``sys.path`` first, as ``python -m`` would.
+    put on ``sys.path`` first, as ``python -m`` would.  Whatever the module raises while it is
+    imported (a SyntaxError in it, its own ``RuntimeError("config missing")``, a bad
+    ``tether.connect`` URL) becomes one line; the traceback is logged at DEBUG on ``tether.cli``.
 
     Raises:
-        ValidationError (field ``app``): the module does not import, the attribute is missing, or
-            it is not a Tether (the CLI reports it under ``--app``, or ``TETHER_APP``).
+        ValidationError (field ``app``): the module or one of its imports is missing, the module
+            raised while it was imported, the attribute is missing, calling it failed, or it is not
+            a Tether (the CLI reports it under ``--app``, or ``TETHER_APP``).
+        StorageUnavailable: importing the module or calling the attribute found the app's store
+            unreachable (``loading 'myproject.jobs:app' failed: ...``).
     """
     from tether.entrypoints.service import Tether
 
@@ -670,6 +677,8 @@ def load_app(spec: str) -> Tether:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValidationError("app", f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises is a bad --app
+        raise _load_failure(f"importing {module_name!r}", f"loading {spec!r}", exc) from None
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -679,14 +688,31 @@ def load_app(spec: str) -> Tether:
         try:
             target = target()
         except Exception as exc:  # noqa: BLE001 - any failure of the user's factory is a bad --app
-            raise ValidationError("app", f"calling {spec}() failed: {type(exc).__name__}: {exc}") from None
+            raise _load_failure(f"calling {spec}()", f"calling {spec}()", exc) from None
     if not isinstance(target, Tether):
-        raise ValidationError("app", f"{spec} is a {type(target).__name__}, not a tether.Tether")
+        raise ValidationError("app", f"{spec} is {with_article(type(target).__name__)}, not a tether.Tether")
     return target
+
+
+def _load_failure(step: str, tether_step: str, exc: Exception) -> TetherError:
+    """The one-line error for ``exc``, raised by the user's code at ``step`` of :func:`load_app`.
+
+    A Tether error (``tether.connect`` refusing its URL) already says what was wrong, and is
+    reported as ``<tether_step> failed: database_url: ...``; the store being unreachable stays a
+    StorageUnavailable (exit 1); anything else is ``<step> failed: RuntimeError: config missing``.
+    The traceback goes to the ``tether.cli`` logger at DEBUG (``--log-level DEBUG``).
+    """
+    logging.getLogger("tether.cli").debug("%s failed", step, exc_info=(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, StorageUnavailable):
+        return StorageUnavailable(f"{tether_step} failed: {exc}")
+    if isinstance(exc, TetherError):
+        return ValidationError("app", f"{tether_step} failed: {exc}")
+    return ValidationError("app", f"{step} failed: {type(exc).__name__}: {exc}")
 
 
 @app.command(cls=FlagNamingCommand)
 def worker(
+    ctx: typer.Context,
     app_spec: Annotated[
         str,
         typer.Option(
@@ -758,7 +784,10 @@ def worker(
         log_level=log_level,
     )
     _configure_logging(settings.log_level)
-    tether_app = load_app(app_spec)
+    try:
+        tether_app = load_app(app_spec)
+    except StorageUnavailable as exc:  # exit 1 as ever, but say that loading the app met it
+        raise StorageUnavailable(f"{_label_of(ctx, 'app_spec')}: {exc}") from None
     try:
         pool = tether_app.worker(
             concurrency=settings.concurrency,
@@ -782,6 +811,13 @@ def worker(
         pool.run(stop_when_idle=until_idle)
     finally:
         tether_app.close()
+
+
+def _label_of(ctx: typer.Context, parameter: str) -> str:
+    """How errors name ``parameter`` of the command of ``ctx``: its flag, or its variable when the
+    value came from the environment (``--app`` or ``TETHER_APP``)."""
+    param = next(p for p in ctx.command.params if p.name == parameter)
+    return option_label(param, ctx)
 
 
 def _configure_logging(level: str) -> None:

@@ -104,6 +104,7 @@ BAD_INPUT = [
     (["worker", "--app", "json:nothing"], "--app: 'json' has no attribute 'nothing'"),
     (["worker", "--app", "json:dumps"], "--app: calling json:dumps() failed: TypeError"),
     (["worker", "--app", "json:JSONDecoder"], "--app: json:JSONDecoder is a type, not a tether.Tether"),
+    (["worker", "--app", "os:getpid"], "--app: os:getpid is an int, not a tether.Tether"),
     (["worker", "--app", "tether.testing:fake_app", "--worker-id", ""], "--worker-id: must be 1-200 printable characters"),
     (["worker"], "--app: is required (or set TETHER_APP)"),
     (["db", "upgrade", "--from-version", "1"], "--from-version: only with --sql"),
@@ -174,11 +175,9 @@ DEMO_BAD_INPUT = [
     (["--workers", "0"], "--workers: must be an integer from 1 to 256, got 0"),
     (["--workers", "four"], "--workers: must be an integer, got 'four'"),
     (["--pattern", "a/b.py"], "--pattern: must be a file-name glob"),
-    (
-        ["--database-url", "mongodb://u:hunter2@h/db"],
-        "database_url (--database-url, TETHER_DATABASE_URL): unsupported URL 'mongodb://u:***@h/db'",
-    ),
-    (["--redis-url", "http://cache"], "redis_url (--redis-url, TETHER_REDIS_URL): must be a redis://"),
+    # The demo reads no TETHER_* variable, so its URLs are named by the flag alone.
+    (["--database-url", "mongodb://u:hunter2@h/db"], "--database-url: unsupported URL 'mongodb://u:***@h/db'"),
+    (["--redis-url", "http://cache"], "--redis-url: must be a redis://"),
     (
         ["--fresh", "--database-url", "postgresql+psycopg://u@h/db"],
         "--fresh: only a SQLite file or memory:// can be started afresh",
@@ -462,6 +461,84 @@ def test_worker_runs_the_handlers_of_the_app_it_is_pointed_at(monkeypatch: pytes
     counts = cli_json("jobs", "list")["counts"]
     assert counts["completed"] == 3 and counts["queued"] == 1
     assert cli_json("jobs", "show", str(other))["status"] == JobStatus.QUEUED.value
+
+
+#: App modules that fail while they are imported, and the one line the worker prints for each.
+BROKEN_APPS = [
+    ("import tether\napp = tether.connect(\n", "importing 'broken_app_for_cli_test' failed: SyntaxError: '(' was never closed"),
+    ("raise RuntimeError('config missing')\n", "importing 'broken_app_for_cli_test' failed: RuntimeError: config missing"),
+    (
+        "import tether\napp = tether.connect('mysql://x')\n",
+        "loading 'broken_app_for_cli_test:app' failed: database_url: unsupported URL 'mysql://x'; use memory://",
+    ),
+    ("import no_such_dependency_of_the_app\n", "cannot import 'broken_app_for_cli_test': No module named 'no_such_dependency"),
+    (
+        "import tether\ndef make():\n    return tether.connect('mysql://x')\n",
+        "calling broken_app_for_cli_test:make() failed: database_url: unsupported URL 'mysql://x'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), BROKEN_APPS, ids=["syntax", "raises", "bad-url", "dependency", "factory"])
+def test_an_app_that_fails_to_load_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: str, expected: str
+) -> None:
+    """Whatever the app module raises while it is imported is bad --app input, like a module that
+    is missing one of its imports: one line, exit 2, no traceback, and never the flag or variable
+    of a setting the worker does not take."""
+    (tmp_path / "broken_app_for_cli_test.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    attribute = "make" if "def make" in source else "app"
+    try:
+        result = cli("worker", "--app", f"broken_app_for_cli_test:{attribute}")
+    finally:
+        sys.modules.pop("broken_app_for_cli_test", None)
+    assert result.exit_code == 2, result.output
+    assert one_error_line(result).startswith(f"--app: {expected}")
+    assert "TETHER_DATABASE_URL" not in result.output
+
+
+def test_the_traceback_of_an_app_that_fails_to_import_is_logged_at_debug(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "broken_app_for_cli_test.py").write_text("def helper():\n    raise RuntimeError('config missing')\nhelper()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        quiet = cli("worker", "--app", "broken_app_for_cli_test:app")
+        sys.modules.pop("broken_app_for_cli_test", None)
+        loud = cli("worker", "--app", "broken_app_for_cli_test:app", "--log-level", "DEBUG")
+    finally:
+        sys.modules.pop("broken_app_for_cli_test", None)
+    assert "Traceback" not in quiet.output
+    assert loud.exit_code == 2
+    assert "Traceback (most recent call last)" in loud.output and 'broken_app_for_cli_test.py", line 2, in helper' in loud.output
+    assert loud.output.strip().splitlines()[-1] == (
+        "tether: error: --app: importing 'broken_app_for_cli_test' failed: RuntimeError: config missing"
+    )
+
+
+def test_an_app_whose_store_is_unreachable_at_import_exits_1_naming_the_app(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Exit 1 still means "store unreachable"; the line says it happened while loading the app
+    (port 1 refuses at once: no server needed)."""
+    (tmp_path / "down_app_for_cli_test.py").write_text(
+        "import tether\napp = tether.connect('postgresql+psycopg://postgres@127.0.0.1:1/test')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        result = cli("worker", "--app", "down_app_for_cli_test:app")
+        sys.modules.pop("down_app_for_cli_test", None)
+        from_env = cli("worker", env={"TETHER_APP": "down_app_for_cli_test:app"})
+    finally:
+        sys.modules.pop("down_app_for_cli_test", None)
+    assert result.exit_code == 1, result.output
+    assert one_error_line(result).startswith(
+        "--app: loading 'down_app_for_cli_test:app' failed: postgresql+psycopg://postgres@127.0.0.1:1/test: cannot connect ("
+    )
+    assert from_env.exit_code == 1 and one_error_line(from_env).startswith("TETHER_APP: loading 'down_app_for_cli_test:app' failed: ")
+    assert result.output.lower().count("is the server running") == 1  # the driver's hint and ours, said once
 
 
 def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db: str) -> None:

@@ -54,6 +54,21 @@ def test_values_json_cannot_carry_are_rejected_with_their_path(payload: Any, pat
     assert info.value.field == path
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (object(), "is an object, which JSON cannot carry"),
+        (OrderedDict(a=1), "is an OrderedDict, which JSON cannot carry"),
+        ((1, 2), "is a tuple, which JSON cannot carry"),
+        (Color.RED, "is a Color; only plain int is JSON"),
+    ],
+)
+def test_the_type_of_a_refused_value_takes_its_article(value: Any, problem: str) -> None:
+    with pytest.raises(PayloadError) as info:
+        encode_payload({"x": value} if not isinstance(value, OrderedDict) else value)
+    assert info.value.problem.startswith(problem)
+
+
 def test_nul_is_rejected_with_a_reason() -> None:
     with pytest.raises(PayloadError) as info:
         encode_payload({"name": "a\u0000b"})
