@@ -32,7 +32,7 @@ from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import ConfigurationError
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import RetryPolicy
-from tether.entrypoints.settings import Settings, check_redis_url, database_kind, redact_url
+from tether.entrypoints.settings import InvalidSetting, Settings, check_redis_url, database_kind, redact_url
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -193,10 +193,14 @@ def build_container(
     """A configured :class:`Container`; nothing is opened until a provider is called.
 
     Raises:
-        InvalidSetting: a bad URL (checked here, before anything is opened).
+        InvalidSetting: a bad URL, named as the argument (``database_url: ...``), checked here
+            before anything is opened.
     """
-    database_kind(database_url)
-    check_redis_url(redis_url)
+    try:
+        database_kind(database_url)
+        check_redis_url(redis_url)
+    except InvalidSetting as error:
+        raise error.as_argument() from None
     if redis_options:
         _check_redis_options(redis_options)
     container = Container()
@@ -257,19 +261,24 @@ def connect(
         A ready :class:`Tether`; call ``close()`` when done, or use it as a context manager.
 
     Raises:
-        InvalidSetting: a bad URL or schema (passwords hidden); ConfigurationError: an unknown option;
-        what the adapter raises when the database cannot be opened.
+        InvalidSetting: a bad ``database_url``, ``redis_url``, ``schema``, ``poll_interval`` or
+            ``max_payload_bytes``, named as the argument (``database_url: unsupported URL
+            'mysql://x' ...``; passwords hidden); ConfigurationError: an unknown option;
+            what the adapter raises when the database cannot be opened.
     """
     unknown = sorted(set(options) - set(_CONNECT_OPTIONS))
     if unknown:
         raise ConfigurationError(f"{unknown[0]}: not an option of tether.connect (known: {', '.join(_CONNECT_OPTIONS)})")
-    settings = Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        schema=schema,
-        poll_interval=options.pop("poll_interval", 1.0),
-        max_payload_bytes=options.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES),
-    )
+    try:
+        settings = Settings(
+            database_url=database_url,
+            redis_url=redis_url,
+            schema=schema,
+            poll_interval=options.pop("poll_interval", 1.0),
+            max_payload_bytes=options.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES),
+        )
+    except InvalidSetting as error:  # name the argument the caller passed, not a flag or variable
+        raise error.as_argument() from None
     app_options = {name: options.pop(name) for name in _APP_OPTIONS if name in options}
     container = build_container(
         database_url=settings.database_url,

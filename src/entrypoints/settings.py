@@ -58,15 +58,22 @@ class InvalidSetting(ConfigurationError):
     """A setting has an unusable value; nothing was opened or written.
 
     Attributes:
-        setting: the setting's name (``"concurrency"``); the message also gives its flag and
-            environment variable.
+        setting: the setting's name (``"concurrency"``).
         problem: what was wrong, in words.
+        label: what the message starts with: by default the setting with its flag and environment
+            variable (:func:`setting_label`); the bare argument name (``"database_url"``) when the
+            value was an argument of ``tether.connect``, which reads no flag and no variable.
     """
 
-    def __init__(self, setting: str, problem: str) -> None:
-        super().__init__(f"{setting_label(setting)}: {problem}")
+    def __init__(self, setting: str, problem: str, *, label: str | None = None) -> None:
+        self.label = setting_label(setting) if label is None else label
+        super().__init__(f"{self.label}: {problem}")
         self.setting = setting
         self.problem = problem
+
+    def as_argument(self) -> InvalidSetting:
+        """The same error about the argument of the same name (``database_url: unsupported URL ...``)."""
+        return InvalidSetting(self.setting, self.problem, label=self.setting)
 
 
 #: Settings with no command-line flag (set them in ``tether.connect(...)`` or the environment).

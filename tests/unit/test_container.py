@@ -64,6 +64,35 @@ def test_bad_url_is_refused_before_anything_opens_and_hides_the_password() -> No
     assert caught.value.setting == "redis_url" and "guest:guest" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"database_url": "mysql://app:hunter2@db/jobs"}, "database_url: unsupported URL 'mysql://app:***@db/jobs'; use memory://"),
+        ({"redis_url": "amqp://guest:guest@mq/"}, "redis_url: must be a redis://, rediss:// or unix:// URL, got 'amqp://guest:***@mq/'"),
+        ({"schema": "no-dashes"}, "schema: must be 1-63 of letters, digits and '_'"),
+        ({"max_payload_bytes": 1}, "max_payload_bytes: must be from 2 to"),
+    ],
+    ids=["database_url", "redis_url", "schema", "max_payload_bytes"],
+)
+def test_connect_names_its_own_argument_not_a_cli_flag_or_variable(arguments: dict[str, object], expected: str) -> None:
+    """tether.connect reads no flag and no TETHER_* variable, so its errors start with the
+    argument's name (the same name the CLI's settings use, without their flag and variable)."""
+    with pytest.raises(InvalidSetting) as caught:
+        connect(**arguments)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message.startswith(expected), message
+    assert "TETHER_" not in message and "--" not in message.split(":", 1)[0]
+    assert caught.value.setting == next(iter(arguments)) and "hunter2" not in message
+
+
+def test_settings_keep_naming_flag_and_variable() -> None:
+    """The CLI's paths build Settings: their errors still name the setting, its flag and its variable."""
+    with pytest.raises(InvalidSetting, match=r"^database_url \(--database-url, TETHER_DATABASE_URL\): unsupported URL"):
+        Settings(database_url="mysql://x")
+    with pytest.raises(InvalidSetting, match=r"^poll_interval \(TETHER_POLL_INTERVAL\): must be > 0"):  # no CLI flag
+        Settings.load(environ={"TETHER_POLL_INTERVAL": "0"})
+
+
 def test_connect_is_exported_and_runs_a_job_end_to_end() -> None:
     assert tether.connect is connect
     clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
@@ -98,7 +127,7 @@ def test_connect_refuses_unknown_options_and_bad_values() -> None:
         connect("memory://", pool_sise=4)
     with pytest.raises(ConfigurationError, match="^retry_policy:"):
         connect("memory://", retry_policy={"base_seconds": 1})
-    with pytest.raises(InvalidSetting, match=r"^poll_interval \(TETHER_POLL_INTERVAL\): "):  # it has no CLI flag
+    with pytest.raises(InvalidSetting, match=r"^poll_interval: must be > 0 seconds, got 0$"):  # the argument's name
         connect("memory://", poll_interval=0)
     with pytest.raises(ConfigurationError, match=r"^redis_options: unknown option\(s\) 'prefx' \(known: prefix, "):
         connect("memory://", redis_url="redis://127.0.0.1:1/0", redis_options={"prefx": "x"})
