@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from tether.adapters.sqlalchemy.migrations import SCHEMA_VERSION
@@ -21,6 +23,28 @@ POSTGRES_SCHEMES = ("postgresql", "postgresql+psycopg", "postgres")
 
 def _scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+#: libpq's own advice after a refused connection ("Is the server running on that host and accepting
+#: TCP/IP connections?", or "... locally and accepting connections on that socket?").
+_DRIVER_HINT = re.compile(r"\s*Is the server running\b[^?]*\?")
+REACH_HINT = "is the server running and reachable at that host and port?"
+SOCKET_HINT = "is the server running locally and accepting connections on that socket?"
+
+
+def unreachable_problem(driver_message: str) -> str:
+    """``cannot connect (<the driver's words>); <one hint>`` for a connection that failed.
+
+    The driver's own "Is the server running ...?" sentence and psycopg's ``connection failed:``
+    prefix are dropped, so the hint is said once: libpq's socket advice for a Unix socket, else
+    :data:`REACH_HINT`.
+    """
+    first = " ".join(driver_message.split())
+    hints = _DRIVER_HINT.findall(first)
+    detail = _DRIVER_HINT.sub("", first).strip()
+    detail = detail.removeprefix("connection failed: ").strip() or first
+    hint = SOCKET_HINT if any("socket" in found for found in hints) else REACH_HINT
+    return f"cannot connect ({detail}); {hint}"
 
 
 def _check_reachable(repository: SqlAlchemyJobRepository) -> None:
@@ -39,7 +63,7 @@ def _check_reachable(repository: SqlAlchemyJobRepository) -> None:
         if "password authentication failed" in lowered or ("role" in lowered and "does not exist" in lowered):
             raise ConfigurationError(
                 f"{safe}: the server refused the credentials ({first}); check the user and password in the "
-                "database URL (TETHER_DATABASE_URL or --database-url)"
+                "database URL"
             ) from None
         if "database" in lowered and "does not exist" in lowered:
             raise ConfigurationError(
@@ -47,9 +71,7 @@ def _check_reachable(repository: SqlAlchemyJobRepository) -> None:
             ) from None
         if "unable to open database file" in lowered:
             raise ConfigurationError(f"{safe}: {cannot_open_problem(repository.engine.url.database or '')}") from None
-        raise StorageUnavailable(
-            f"{safe}: cannot connect ({first}); is the server running and reachable at that host and port?"
-        ) from None
+        raise StorageUnavailable(f"{safe}: {unreachable_problem(first)}") from None
 
 
 def open_repository(
