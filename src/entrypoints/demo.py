@@ -31,7 +31,7 @@ import os
 import sysconfig
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ from tether.domain.errors import PermanentError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.demo_tasks import PlannedFailure, ResultsFile, failure_plan, file_stats
-from tether.entrypoints.settings import check_redis_url, database_kind, redact_url, sqlite_path
+from tether.entrypoints.settings import InvalidSetting, check_redis_url, database_kind, redact_url, sqlite_path
 from tether.ports.clock import Clock
 
 if TYPE_CHECKING:
@@ -98,8 +98,8 @@ class DemoOptions:
 
         Raises:
             ValidationError: ``path`` is not a directory, ``pattern`` is empty, ``workers`` is not
-                1-256, or ``fresh`` with a database that is not a SQLite file or ``memory://``;
-                InvalidSetting: a bad URL.
+                1-256, ``fresh`` with a database that is not a SQLite file or ``memory://``, or a
+                bad ``database_url`` / ``redis_url`` (the CLI names ``--database-url`` / ``--redis-url``).
         """
         root = Path(path).expanduser() if path is not None else default_path()
         if not root.is_dir():
@@ -114,8 +114,11 @@ class DemoOptions:
         default_database = database_url is None
         if database_url is None:
             database_url = f"sqlite:///{out_dir / 'demo.db'}"
-        kind = database_kind(database_url)
-        check_redis_url(redis_url)
+        try:
+            kind = database_kind(database_url)
+            check_redis_url(redis_url)
+        except InvalidSetting as error:  # the demo reads no TETHER_* variable: name the flag alone
+            raise ValidationError(error.setting, error.problem) from None
         if fresh and kind == "postgresql":
             raise ValidationError(
                 "fresh", f"only a SQLite file or memory:// can be started afresh; for {redact_url(database_url)} use a new --schema"
@@ -192,26 +195,40 @@ def _remove_sqlite_file(url: str) -> None:
 
 
 class _Recorder:
-    """Per-run measurements the handler reports: enqueue-to-start latencies of first attempts."""
+    """Enqueue-to-start latencies of the jobs this run enqueued, each measured at its first start.
+
+    Jobs enqueued by an earlier run (left unfinished, or put back by ``tether retry``) are not
+    measured: their ``created_at`` is that earlier enqueue, so the time to their start here would
+    say nothing about this run.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._not_started: set[int] = set()
         self.latencies: list[float] = []
 
-    def first_start(self, seconds: float) -> None:
+    def enqueued(self, job_ids: Iterable[int]) -> None:
+        """Measure these jobs (created by this run) at their first start."""
         with self._lock:
-            self.latencies.append(seconds)
+            self._not_started.update(job_ids)
+
+    def started(self, job_id: int, seconds: float) -> None:
+        """Job ``job_id`` started ``seconds`` after its enqueue; kept only for its first start
+        and only if this run enqueued it."""
+        with self._lock:
+            if job_id in self._not_started:
+                self._not_started.discard(job_id)
+                self.latencies.append(seconds)
 
 
 def make_handler(results: ResultsFile, recorder: _Recorder, clock: Clock) -> Any:
-    """The ``demo.file_stats`` handler over ``results``; it records first-attempt start latency,
-    measured on ``clock`` (the app's own, the one ``created_at`` came from)."""
+    """The ``demo.file_stats`` handler over ``results``; it reports each start to ``recorder``
+    (time since enqueue, measured on ``clock``: the app's own, the one ``created_at`` came from)."""
 
     def file_stats_job(payload: dict[str, Any], ctx: JobContext) -> None:
         started = clock.now()
         job = ctx.job
-        if job.attempts == 1:
-            recorder.first_start((started - job.created_at).total_seconds())
+        recorder.started(job.id, (started - job.created_at).total_seconds())
         plan = failure_plan(payload["rel"])
         if plan.permanent:
             raise PermanentError("planned permanent failure (demo)")
@@ -301,7 +318,9 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
         created = 0
         for start in range(0, len(requests), ENQUEUE_BATCH):
             batch = app.enqueue_many(requests[start : start + ENQUEUE_BATCH])
-            created += sum(1 for result in batch if result.created)
+            new_ids = [result.job.id for result in batch if result.created]
+            recorder.enqueued(new_ids)
+            created += len(new_ids)
         enqueue_seconds = time.perf_counter() - enqueue_started
         known = len(requests) - created
         console.print(
@@ -441,8 +460,10 @@ def _summarise(
         if job.status is JobStatus.COMPLETED and job.attempts > 1:
             retried += 1
     left = _unfinished(counts)
-    if left:
-        problems.append(f"{left} demo job(s) still queued, running or retrying")
+    unfinished = sum(tree_counts[status.value] for status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRYING))
+    # Each unfinished job of the tree is one problem above (and counted once); the queue may also
+    # hold unfinished jobs of other trees (an earlier run with another --path).
+    others = max(left - unfinished, 0)
     finished_this_run = max(pending_at_start - left, 0)
     latencies = recorder.latencies
     p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
@@ -461,6 +482,7 @@ def _summarise(
         "jobs_per_second": round(finished_this_run / run_seconds, 1) if finished_this_run and run_seconds > 0 else None,
         "latency_p50_ms": round(p50 * 1000, 1) if p50 is not None else None,
         "latency_p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
+        "latency_jobs": len(latencies),
         "results_file": str(options.results_path),
         "results_stored": len(stored),
         "database_url": redact_url(options.database_url),
@@ -469,7 +491,9 @@ def _summarise(
         "log_file": str(options.log_path),
         "problems": problems[:50],
         "problem_count": len(problems),
-        "as_designed": not problems,
+        "unfinished": unfinished + others,
+        "other_trees_unfinished": others,
+        "as_designed": not problems and not others,
     }
 
 
@@ -492,9 +516,9 @@ def _print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
         console.print("this run: no job needed running (every job was already finished)")
     if summary["latency_p50_ms"] is not None:
         console.print(
-            "enqueue-to-start latency of first attempts: "
+            f"enqueue-to-start latency of the {summary['latency_jobs']:,} job(s) this run enqueued, at their first start: "
             f"p50 {summary['latency_p50_ms']:,} ms, p99 {summary['latency_p99_ms']:,} ms"
-            " (every job was enqueued before the workers started, so this is mostly time spent waiting in the backlog)"
+            " (all were enqueued before the workers started, so this is mostly time spent waiting in the backlog)"
         )
     if summary["dead_letters"]:
         dead = Table(
@@ -521,12 +545,18 @@ def _print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
     if ok:
         console.print("[bold green]every job ended as designed[/bold green]")
     elif summary.get("interrupted"):
-        console.print(f"[bold red]not finished[/bold red]: {summary['problem_count']} job(s) have not ended yet")
+        console.print(f"[bold red]not finished[/bold red]: {summary['unfinished']:,} job(s) have not ended yet")
     else:
-        console.print(f"[bold red]{summary['problem_count']} job(s) did not end as designed[/bold red]")
+        if summary["problem_count"]:
+            console.print(f"[bold red]{summary['problem_count']:,} job(s) did not end as designed[/bold red]")
         for problem in summary["problems"][:10]:
             console.print(f"  - {problem}")
         if summary["problem_count"] > 10:
             console.print(
-                f"  ... and {summary['problem_count'] - 10} more in {summary['results_file'].rsplit('/', 1)[0]}/summary.json"
+                f"  ... and {summary['problem_count'] - 10:,} more in {summary['results_file'].rsplit('/', 1)[0]}/summary.json"
+            )
+        if summary["other_trees_unfinished"]:
+            console.print(
+                f"[bold red]{summary['other_trees_unfinished']:,} demo job(s) of other trees are still queued, "
+                "running or retrying[/bold red]"
             )
