@@ -270,7 +270,7 @@ class CompletionBatcher:
                 if now >= p.give_up_at:
                     self._answer(p, exc)
             if again:
-                logger.warning("completions of %d jobs failed (%s); retrying", len(again), describe_failure(exc, 500))
+                logger.warning("completions of %d job(s) failed (%s); retrying", len(again), describe_failure(exc, 500))
             return again
         except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the error
             if refill is not None and reserved:

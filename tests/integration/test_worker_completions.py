@@ -142,3 +142,28 @@ def test_in_a_pool_a_job_stays_in_flight_and_heartbeated_until_its_batched_compl
         repo.gate.set()
         pool.stop()
         app.close()
+
+
+def test_a_batch_retried_after_a_storage_error_is_logged_once_with_its_count(caplog: pytest.LogCaptureFixture) -> None:
+    """One completion whose batch hit StorageUnavailable before its give-up time: sent again, and
+    the warning counts it as "1 job(s)", never "1 jobs"."""
+    repo, clock = GatedRepository(), FakeClock()
+    repo.gate.set()
+    repo.fail_next = 1
+    job = _leased(repo, clock, 1)[0]
+    batcher = CompletionBatcher(repo, clock, retry_delays=(0.01, 0.01))
+    answered = threading.Event()
+    answers: list[object] = []
+
+    def done(result: object) -> None:
+        answers.append(result)
+        answered.set()
+
+    batcher.start()
+    with caplog.at_level("WARNING", logger="tether"):
+        assert batcher.submit(job.id, job.lease_token, done, give_up_at=time.monotonic() + 30)  # type: ignore[arg-type]
+        assert answered.wait(10)
+    batcher.close()
+    assert isinstance(answers[0], Job) and answers[0].status is JobStatus.COMPLETED
+    warnings = [r.getMessage() for r in caplog.records if "completions of" in r.getMessage()]
+    assert warnings == ["completions of 1 job(s) failed (StorageUnavailable: connection reset); retrying"]
