@@ -77,7 +77,7 @@ def test_an_interrupted_run_reports_the_jobs_left_as_the_table_counts_them(tmp_p
 
 def _tree_with_a_permanent_failure(root: Path) -> str:
     """A few files, one of which the demo's plan sends to dead at once; returns that one."""
-    rels = make_tree(root, 6)
+    make_tree(root, 6)
     i = 0
     while True:
         rel = f"pkg/dead{i}.py"
