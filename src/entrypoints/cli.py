@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -809,8 +810,32 @@ def worker(
             app_spec,
         )
         pool.run(stop_when_idle=until_idle)
+        # The pool has stopped (gracefully); a second SIGINT/SIGTERM now, while the connections
+        # close, would kill the process and turn a clean stop into a death by signal.
+        with _signals_noted_while("closing connections"):
+            tether_app.close()
     finally:
-        tether_app.close()
+        tether_app.close()  # idempotent; closes on the error paths
+
+
+@contextmanager
+def _signals_noted_while(doing: str) -> Iterator[None]:
+    """SIGINT and SIGTERM only logged during the block (main thread only; handlers restored after)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        logging.getLogger("tether.cli").info("%s received while %s after a clean stop; finishing", signal.Signals(signum).name, doing)
+
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _label_of(ctx: typer.Context, parameter: str) -> str:

@@ -301,7 +301,7 @@ class WorkerPool:
                 raise RuntimeError("this WorkerPool was already started; build a new one with app.worker()")
             self._started = True
         logger.info(
-            "worker %s starting: %d threads, queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s",
+            "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s",
             self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
         )
@@ -565,14 +565,14 @@ class WorkerPool:
         try:
             self._hand_out(jobs, reserved)
         except BaseException:  # never break the flusher; the reaper takes them back
-            logger.exception("worker %s: could not hand out %d jobs leased with completions", self.worker_id, len(jobs))
+            logger.exception("worker %s: could not hand out %d job(s) leased with completions", self.worker_id, len(jobs))
         if jobs:
             told = getattr(self.dispatcher, "leased_directly", None)  # a third-party dispatcher may lack it
             if told is not None:
                 try:
                     told(jobs)
                 except Exception:  # noqa: BLE001 - a broker's bookkeeping never breaks the flusher
-                    self._ratelog("note-leases", logging.WARNING, "worker %s: the dispatcher failed to note %d leases", self.worker_id, len(jobs), exc_info=True)
+                    self._ratelog("note-leases", logging.WARNING, "worker %s: the dispatcher failed to note %d lease(s)", self.worker_id, len(jobs), exc_info=True)
 
     def _refill_idle(self) -> None:
         with self._lock:

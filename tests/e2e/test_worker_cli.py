@@ -122,3 +122,33 @@ def test_worker_process_runs_jobs_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert (lingering.status, lingering.attempts) == (JobStatus.QUEUED, 0)
     finally:
         app.close()
+
+
+SIGNALLED_AT_CLOSE_APP = """
+import os
+import signal
+import tether
+
+app = tether.connect(os.environ["TETHER_DATABASE_URL"])
+_close = app.close
+_signalled = []
+
+
+def close():
+    # the user presses Ctrl-C again (and a supervisor sends SIGTERM) just as the worker closes
+    if not _signalled:
+        _signalled.append(True)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+    _close()
+
+
+app.close = close
+"""
+
+
+def test_a_signal_while_a_cleanly_stopped_worker_closes_does_not_kill_it(tmp_path: Path) -> None:
+    (tmp_path / "closing_app.py").write_text(SIGNALLED_AT_CLOSE_APP)
+    done = _cli(tmp_path, "worker", "--app", "closing_app:app", "--until-idle", "--log-level", "INFO")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SIGTERM received while closing connections after a clean stop; finishing" in done.stderr
