@@ -909,9 +909,20 @@ def _demo_was_interrupted(summary_path: Path) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point (``tether``)."""
+    """Console-script entry point (``tether``).
+
+    Once the command has ended (its exit code decided), SIGINT and SIGTERM are ignored while the
+    interpreter shuts down (a few tenths of a second with the drivers loaded): a signal sent to a
+    worker that already stopped cleanly must not turn exit 0 into a death by signal."""
+    import signal
+
     command = typer.main.get_command(app)
-    command.main(args=list(argv) if argv is not None else None, prog_name="tether")
+    try:
+        command.main(args=list(argv) if argv is not None else None, prog_name="tether")
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_IGN)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -125,6 +125,7 @@ def test_worker_process_runs_jobs_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 
 SIGNALLED_AT_CLOSE_APP = """
+import atexit
 import os
 import signal
 import tether
@@ -144,6 +145,8 @@ def close():
 
 
 app.close = close
+# and once more while the interpreter shuts down
+atexit.register(os.kill, os.getpid(), signal.SIGTERM)
 """
 
 
