@@ -25,6 +25,7 @@ _EXPORTS = {
     "ValidationError": "tether.domain.errors",
     "PayloadError": "tether.domain.errors",
     "ConfigurationError": "tether.domain.errors",
+    "InvalidSetting": "tether.entrypoints.settings",
     "LeaseLost": "tether.domain.errors",
     "JobNotFound": "tether.domain.errors",
     "InvalidTransition": "tether.domain.errors",

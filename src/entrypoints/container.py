@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from dependency_injector import containers, providers
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
-from tether.domain.errors import ConfigurationError
+from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import RetryPolicy
+from tether.domain.validation import validate_int
 from tether.entrypoints.settings import InvalidSetting, Settings, check_redis_url, database_kind, redact_url
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -177,6 +178,11 @@ def _check_redis_options(options: dict[str, Any]) -> None:
 _CONNECT_OPTIONS = ("clock", "retry_policy", "poll_interval", "pool_size", "create", "redis_options") + _APP_OPTIONS
 
 
+#: The largest ``pool_size`` accepted (connections per repository; PostgreSQL's own default
+#: ``max_connections`` is 100).
+MAX_POOL_SIZE = 1000
+
+
 def build_container(
     *,
     database_url: str,
@@ -201,6 +207,11 @@ def build_container(
         check_redis_url(redis_url)
     except InvalidSetting as error:
         raise error.as_argument() from None
+    if pool_size is not None:
+        try:
+            validate_int(pool_size, "pool_size", 1, MAX_POOL_SIZE)
+        except ValidationError as error:
+            raise InvalidSetting("pool_size", error.problem, label="pool_size") from None
     if redis_options:
         _check_redis_options(redis_options)
     container = Container()
@@ -261,7 +272,8 @@ def connect(
         A ready :class:`Tether`; call ``close()`` when done, or use it as a context manager.
 
     Raises:
-        InvalidSetting: a bad ``database_url``, ``redis_url``, ``schema``, ``poll_interval`` or
+        InvalidSetting: a bad ``database_url``, ``redis_url``, ``schema``, ``poll_interval``,
+            ``pool_size`` (an int from 1 to 1,000; the memory store ignores it) or
             ``max_payload_bytes``, named as the argument (``database_url: unsupported URL
             'mysql://x' ...``; passwords hidden); ConfigurationError: an unknown option;
             what the adapter raises when the database cannot be opened.

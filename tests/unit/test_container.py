@@ -183,3 +183,21 @@ def test_a_dispatcher_that_fails_to_start_closes_the_repository(monkeypatch: pyt
     with pytest.raises(ValidationError, match="^block:"):
         connect("memory://", redis_url="redis://127.0.0.1:6379/0", redis_options={"block": -1})
     assert len(closed) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(-3, "must be between 1 and 1000, got -3"), (0, "must be between 1 and 1000, got 0"),
+     ("x", "must be an integer, got str 'x'"), (2.5, "must be an integer, got float 2.5"),
+     (True, "must be an integer, got bool True")],
+)
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_bad_pool_size_is_an_invalid_setting_naming_the_argument_and_opens_nothing(
+    tmp_path: Path, store: str, value: object, problem: str
+) -> None:
+    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path / 'jobs.db'}"
+    with pytest.raises(tether.InvalidSetting) as caught:
+        tether.connect(url, pool_size=value)
+    assert str(caught.value) == f"pool_size: {problem}"
+    assert isinstance(caught.value, tether.ConfigurationError)
+    assert not (tmp_path / "jobs.db").exists()
