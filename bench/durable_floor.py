@@ -32,6 +32,8 @@ import time
 import uuid
 from typing import Any
 
+from benchutil import percentile
+
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 GROUP = "floor"
@@ -68,14 +70,6 @@ def worker(dsn: str, redis_url: str, schema: str, marks: str, lease_commit: str)
         os.write(fd, f"{i} {time.time():.6f}\n".encode())
         if i == STOP:
             return
-
-
-def percentile(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def measure(dsn: str, redis_url: str, jobs: int, interval: float, lease_commit: str) -> dict[str, Any]:

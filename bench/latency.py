@@ -40,21 +40,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchutil import delete_redis_keys
+from benchutil import delete_redis_keys, percentile
 
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 JOB_TYPE = "bench.latency"
 WARMUP_BASE = 10_000_000
-
-
-def percentile(xs: list[float], p: float) -> float:
-    """Linear interpolation between closest ranks (as peerbench computes it)."""
-    s = sorted(xs)
-    k = (len(s) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 # -- the worker side -----------------------------------------------------------------------------
