@@ -30,6 +30,8 @@ _EXPORTS = {
     "JobNotFound": "tether.domain.errors",
     "InvalidTransition": "tether.domain.errors",
     "StorageUnavailable": "tether.domain.errors",
+    "ServiceUnavailable": "tether.domain.errors",
+    "DispatcherUnavailable": "tether.domain.errors",
     "PermanentError": "tether.domain.errors",
 }
 

@@ -117,7 +117,13 @@ from redis.retry import Retry
 from tether.adapters.log_limits import RateLimitedLog
 from tether.adapters.redis_keys import StreamKeys, redact_url, validate_consumer, validate_name
 from tether.adapters.redis_route import SlotRoute, check_cluster_url, needs_new_route
-from tether.domain.errors import ConfigurationError, JobNotFound, StorageUnavailable, ValidationError
+from tether.domain.errors import (
+    ConfigurationError,
+    DispatcherUnavailable,
+    JobNotFound,
+    StorageUnavailable,
+    ValidationError,
+)
 from tether.domain.job import Job
 from tether.domain.validation import validate_int, validate_queue, validate_seconds
 from tether.ports.clock import Clock
@@ -283,7 +289,7 @@ class RedisStreamsDispatcher(Dispatcher):
         sweep_interval: seconds between sweeps, and the least time between two re-publications of
             one job.
         maxlen: approximate maximum entries per stream (``XADD MAXLEN ~``).
-        require_connection: raise ConfigurationError at construction if Redis cannot be reached.
+        require_connection: raise DispatcherUnavailable (a ConfigurationError) at construction if Redis cannot be reached.
             By default an unreachable Redis is logged and the dispatcher starts degraded (leasing
             from the repository) and keeps retrying, since Redis may just be restarting.
         cluster: ``redis_url`` names one node (the seed) of a Redis Cluster.  The dispatcher reads
@@ -418,7 +424,7 @@ class RedisStreamsDispatcher(Dispatcher):
             raise ConfigurationError(f"redis_url {self.url}: the server refused the connection set-up ({exc})") from None
         except redis.RedisError as exc:
             if require_connection:
-                raise ConfigurationError(f"redis_url {self.url}: cannot connect ({exc})") from None
+                raise DispatcherUnavailable(f"redis_url {self.url}: cannot connect ({exc})") from None
             self._start_degraded("Redis", exc)
             return
         if self._route is None and str(info.get("cluster_enabled", "0")) == "1":
@@ -449,7 +455,7 @@ class RedisStreamsDispatcher(Dispatcher):
             raise ConfigurationError(f"redis_url {self.url}: {exc}") from None
         except redis.RedisError as exc:
             if require_connection:
-                raise ConfigurationError(f"redis_url {self.url}: cannot reach the Redis Cluster ({exc})") from None
+                raise DispatcherUnavailable(f"redis_url {self.url}: cannot reach the Redis Cluster ({exc})") from None
             self._start_degraded("Redis Cluster", exc)
             self._route.invalidate()
             return False

@@ -65,7 +65,18 @@ class InvalidTransition(TetherError):
         self.action = action
 
 
-class StorageUnavailable(TetherError):
+class ServiceUnavailable(TetherError):
+    """A server Tether needs (the job store, or Redis when it was required) could not be reached;
+    the call did nothing.  The command line exits with 1 for it (bad input: 2)."""
+
+
+class DispatcherUnavailable(ServiceUnavailable, ConfigurationError):
+    """The dispatcher's server (Redis) could not be reached at start although
+    ``require_connection`` asked for it.  Also a :class:`ConfigurationError`, which it was before
+    it had a class of its own, so existing ``except ConfigurationError`` handlers still catch it."""
+
+
+class StorageUnavailable(ServiceUnavailable):
     """The job store could not be reached or stayed locked past its retries; the call did nothing.
 
     Transient by nature: the worker loop backs off and tries again; it is never read as

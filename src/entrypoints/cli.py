@@ -14,7 +14,8 @@ ConfigurationError, JobNotFound or InvalidTransition, an unparsable ``--payload`
 Typer rejects) prints one line, ``tether: error: <label>: <problem>``, on stderr and exits with
 code 2; nothing is written.  The label names the flag or argument the value came from
 (``--older-than``, ``JOB_TYPE``; a setting with its flag and variable), see
-:mod:`tether.entrypoints.cli_values`.  The store being unreachable (StorageUnavailable) exits with 1.
+:mod:`tether.entrypoints.cli_values`.  A server being unreachable (ServiceUnavailable: the store, or
+Redis when the app required it) exits with 1.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from tether.domain.errors import StorageUnavailable, TetherError, ValidationError
+from tether.domain.errors import ServiceUnavailable, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
 from tether.domain.wording import with_article
@@ -100,7 +101,7 @@ class _OneLineErrors(TyperGroup):
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.Abort:
             _fail("aborted", 1)
-        except StorageUnavailable as exc:
+        except ServiceUnavailable as exc:  # the store, or a required Redis
             _fail(str(exc), EXIT_UNAVAILABLE)
         except TetherError as exc:
             _fail(str(exc))
@@ -663,7 +664,7 @@ def load_app(spec: str) -> Tether:
         ValidationError (field ``app``): the module or one of its imports is missing, the module
             raised while it was imported, the attribute is missing, calling it failed, or it is not
             a Tether (the CLI reports it under ``--app``, or ``TETHER_APP``).
-        StorageUnavailable: importing the module or calling the attribute found the app's store
+        ServiceUnavailable: importing the module or calling the attribute found the app's store (or its required Redis)
             unreachable (``loading 'myproject.jobs:app' failed: ...``).
     """
     from tether.entrypoints.service import Tether
@@ -700,12 +701,12 @@ def _load_failure(step: str, tether_step: str, exc: Exception) -> TetherError:
 
     A Tether error (``tether.connect`` refusing its URL) already says what was wrong, and is
     reported as ``<tether_step> failed: database_url: ...``; the store being unreachable stays a
-    StorageUnavailable (exit 1); anything else is ``<step> failed: RuntimeError: config missing``.
+    ServiceUnavailable (exit 1); anything else is ``<step> failed: RuntimeError: config missing``.
     The traceback goes to the ``tether.cli`` logger at DEBUG (``--log-level DEBUG``).
     """
     logging.getLogger("tether.cli").debug("%s failed", step, exc_info=(type(exc), exc, exc.__traceback__))
-    if isinstance(exc, StorageUnavailable):
-        return StorageUnavailable(f"{tether_step} failed: {exc}")
+    if isinstance(exc, ServiceUnavailable):  # the store or a required Redis is down: exit 1
+        return ServiceUnavailable(f"{tether_step} failed: {exc}")
     if isinstance(exc, TetherError):
         return ValidationError("app", f"{tether_step} failed: {exc}")
     return ValidationError("app", f"{step} failed: {type(exc).__name__}: {exc}")
@@ -787,8 +788,8 @@ def worker(
     _configure_logging(settings.log_level)
     try:
         tether_app = load_app(app_spec)
-    except StorageUnavailable as exc:  # exit 1 as ever, but say that loading the app met it
-        raise StorageUnavailable(f"{_label_of(ctx, 'app_spec')}: {exc}") from None
+    except ServiceUnavailable as exc:  # exit 1 as ever, but say that loading the app met it
+        raise ServiceUnavailable(f"{_label_of(ctx, 'app_spec')}: {exc}") from None
     try:
         pool = tether_app.worker(
             concurrency=settings.concurrency,

@@ -16,7 +16,7 @@ from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.redis_keys import StreamKeys, redact_url
 from tether.adapters.redis_streams import RedisStreamsDispatcher, check_server_version
-from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.errors import ConfigurationError, DispatcherUnavailable, ServiceUnavailable, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
 
@@ -377,9 +377,10 @@ def test_bad_urls_are_configuration_errors(repo, clock, redis_client, url, words
 
 
 def test_unreachable_redis_is_an_error_only_when_required(repo, clock):
-    with pytest.raises(ConfigurationError) as err:
+    with pytest.raises(DispatcherUnavailable) as err:
         RedisStreamsDispatcher(repo, clock, "redis://:hidden@127.0.0.1:1/0", require_connection=True)
     assert "redis://:***@127.0.0.1:1/0" in str(err.value) and "hidden" not in str(err.value)
+    assert isinstance(err.value, ConfigurationError) and isinstance(err.value, ServiceUnavailable)
     RedisStreamsDispatcher(repo, clock, "redis://127.0.0.1:1/0").close()  # degraded, not fatal
 
 

@@ -541,6 +541,28 @@ def test_an_app_whose_store_is_unreachable_at_import_exits_1_naming_the_app(
     assert result.output.lower().count("is the server running") == 1  # the driver's hint and ours, said once
 
 
+def test_an_app_that_requires_an_unreachable_redis_exits_1_naming_the_app(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A required Redis that does not answer is a server being down (exit 1), not bad input
+    (port 1 refuses at once: no server needed)."""
+    (tmp_path / "no_redis_app_for_cli_test.py").write_text(
+        "import tether\n"
+        "app = tether.connect('memory://', redis_url='redis://:pw@127.0.0.1:1/0',\n"
+        "                      redis_options={'require_connection': True})\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        result = cli("worker", "--app", "no_redis_app_for_cli_test:app")
+    finally:
+        sys.modules.pop("no_redis_app_for_cli_test", None)
+    assert result.exit_code == 1, result.output
+    assert one_error_line(result).startswith(
+        "--app: loading 'no_redis_app_for_cli_test:app' failed: redis_url redis://:***@127.0.0.1:1/0: cannot connect ("
+    )
+
+
 def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db: str) -> None:
     from tether.entrypoints.service import Tether
 
