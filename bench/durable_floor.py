@@ -73,7 +73,9 @@ def worker(dsn: str, redis_url: str, schema: str, marks: str, lease_commit: str)
 
 
 def measure(dsn: str, redis_url: str, jobs: int, interval: float, lease_commit: str) -> dict[str, Any]:
-    """Run the floor once; returns a row shaped like ``bench/latency.py``'s."""
+    """Run the floor once: ``jobs`` jobs enqueued ``interval`` seconds apart, the worker's lease
+    committed durably (``lease_commit="on"``) or under ``synchronous_commit = off`` (``"off"``).
+    Returns a row shaped like ``bench/latency.py``'s (latencies in milliseconds)."""
     import psycopg
     import redis
     from psycopg.types.json import Jsonb

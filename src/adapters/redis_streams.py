@@ -1153,11 +1153,18 @@ class RedisStreamsDispatcher(Dispatcher):
         lagging = self._lagging_queues(known)
         if known and len(lagging) == len(known):
             return  # every queue's consumers are behind: re-publishing now would only duplicate
+        # One read for both: the jobs due by the next sweep hold every job due now, in lease order,
+        # unless the limit cut them short; only then is "due now" read on its own.
         horizon = now + timedelta(seconds=self._sweep_interval)
-        soon = [j for j in self._repository.due_jobs(now=horizon, queues=None, limit=SWEEP_LIMIT) if j.scheduled_at > now]
+        upcoming = self._repository.due_jobs(now=horizon, queues=None, limit=SWEEP_LIMIT)
+        soon = [j for j in upcoming if j.scheduled_at > now]
         if soon:
             self._remember_later(soon)
-        due = [j for j in self._repository.due_jobs(now=now, queues=None, limit=SWEEP_LIMIT) if j.queue not in lagging]
+        if len(upcoming) < SWEEP_LIMIT:
+            due_now = [j for j in upcoming if j.scheduled_at <= now]
+        else:
+            due_now = self._repository.due_jobs(now=now, queues=None, limit=SWEEP_LIMIT)
+        due = [j for j in due_now if j.queue not in lagging]
         per_queue: dict[str, int] = {}
         kept: list[Job] = []
         for job in due:  # more than maxlen per stream would be trimmed at once: publish those next round

@@ -337,9 +337,7 @@ class WorkerPool:
         with self._lock:
             self._lock.notify_all()  # the acquirer may be waiting for a free thread
         self.dispatcher.wake()
-        in_flight = self.in_flight
-        logger.info("worker %s stopping: no new leases; draining %d job%s for up to %.1f s", self.worker_id, in_flight,
-                    "" if in_flight == 1 else "s", drain)
+        logger.info("worker %s stopping: no new leases; draining %d job(s) for up to %.1f s", self.worker_id, self.in_flight, drain)
         deadline = time.monotonic() + drain
         self._join("tether-acquire", timeout=max(self.max_wait, 1.0) + 5.0)
         self._release_prefetched()

@@ -12,6 +12,7 @@ import logging
 import time
 
 import pytest
+from tether.adapters import redis_streams as redis_streams_module
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.redis_keys import StreamKeys, redact_url
@@ -438,3 +439,17 @@ def test_a_delayed_job_whose_enqueuer_kept_no_timer_is_published_when_due_by_the
     clock.advance(seconds=10)
     [got] = d.acquire(queues=["default"], worker_id="w", limit=1, lease_timeout=LEASE, max_wait=1.0)
     assert got.id == job.id  # published when due, 20 s before the next sweep could have
+
+
+def test_a_sweep_whose_upcoming_jobs_fill_its_limit_still_publishes_the_jobs_due_now(
+    redis_client, repo, clock, make, monkeypatch
+):
+    monkeypatch.setattr(redis_streams_module, "SWEEP_LIMIT", 3)
+    d = make(sweep_interval=30.0)
+    stream = d.keys.stream("default")
+    redis_client.xgroup_create(stream, d.group, id="0", mkstream=True)
+    for _ in range(3):  # due before the next sweep and first in lease order: they fill the limit
+        enqueue(repo, clock, priority=10, delay=10.0)
+    due_now = enqueue(repo, clock)
+    d.sweep(clock.now())
+    assert [fields["id"] for _, fields in redis_client.xrange(stream)] == [str(due_now.id)]
