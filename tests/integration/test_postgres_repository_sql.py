@@ -20,7 +20,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, 
 from sqlalchemy.orm import Session
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import PostgresJobRepository, open_repository
-from tether.adapters.sqlalchemy import repository as repository_module
+from tether.adapters.sqlalchemy import transactions as transactions_module
 from tether.adapters.sqlalchemy.postgres import normalize_postgres_url
 from tether.adapters.sqlalchemy.schema import LEASABLE_INDEX, LEASABLE_QUEUE_INDEX
 from tether.domain.errors import ConfigurationError, LeaseLost, StorageUnavailable, TetherError
@@ -376,7 +376,7 @@ def test_an_interrupted_lease_commit_is_recovered_not_lost(repo: PostgresJobRepo
 
     def commit_then_lose_reply(doing: str, sql: str, params: Any) -> Any:
         real(doing, sql, params)  # the lease really commits...
-        raise repository_module._UnknownOutcome(ConnectionError("server closed the connection"))  # ...reply lost
+        raise transactions_module._UnknownOutcome(ConnectionError("server closed the connection"))  # ...reply lost
 
     monkeypatch.setattr(repo, "_driver_once", commit_then_lose_reply)
     leased = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)
@@ -394,7 +394,7 @@ def test_a_lease_whose_commit_keeps_being_interrupted_raises_not_no_job(repo: Po
 
     def lost_before_landing(doing: str, sql: str, params: Any) -> Any:
         calls["n"] += 1
-        raise repository_module._UnknownOutcome(ConnectionError("server closed the connection"))
+        raise transactions_module._UnknownOutcome(ConnectionError("server closed the connection"))
 
     monkeypatch.setattr(repo, "_driver_once", lost_before_landing)
     monkeypatch.setattr(repo, "retry_base_delay", 0.001)
@@ -417,7 +417,7 @@ def test_an_interrupted_fenced_write_is_verified_by_reading_the_row(repo: Postgr
         if mode["commit"]:
             real(doing, work, **options)
         mode["commit"] = True
-        raise repository_module._UnknownOutcome(ConnectionError("lost"))
+        raise transactions_module._UnknownOutcome(ConnectionError("lost"))
 
     monkeypatch.setattr(repo, "_write_once", interrupted)
     # committed, reply lost: the row shows our completion -> success
@@ -429,7 +429,7 @@ def test_an_interrupted_fenced_write_is_verified_by_reading_the_row(repo: Postgr
     def first_fails(doing: str, work: Any, **options: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
-            raise repository_module._UnknownOutcome(ConnectionError("lost before commit"))
+            raise transactions_module._UnknownOutcome(ConnectionError("lost before commit"))
         return real(doing, work, **options)
 
     monkeypatch.setattr(repo, "_write_once", first_fails)

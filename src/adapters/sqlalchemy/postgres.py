@@ -64,15 +64,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from tether.adapters.sqlalchemy import pg_bulk, pg_reap
+from tether.adapters.sqlalchemy.enqueue import unknown_enqueue_error
 from tether.adapters.sqlalchemy.mapping import inserted_job, row_to_job
 from tether.adapters.sqlalchemy.pg_driver import autocommit_connection
-from tether.adapters.sqlalchemy.repository import (
-    SqlAlchemyJobRepository,
-    _UnknownOutcome,
-    status_is,
-    unknown_enqueue_error,
-)
-from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE
+from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
+from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE, status_is
+from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import ConfigurationError, LeaseLost, StorageUnavailable, TetherError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.timeutil import UTC, ensure_utc

@@ -18,6 +18,9 @@ Indexes (all partial, so they stay as small as the live part of the queue, case 
   NULL``: a key is stored at most once, and the many jobs without a key cost this index nothing.
   Enqueue names it as the conflict target with the same predicate (:data:`KEYED_PREDICATE`).
 
+Statements test a job's status with :func:`status_is`, which writes the statuses as literals so the
+planner can match the partial indexes' predicates.
+
 This is the table at the head revision of :mod:`.migrations` (the Alembic revisions create it;
 ``tests/integration/test_migrations.py`` checks that the two agree).  CHECK constraints keep the
 state machine's invariants in the database too: a known status, ``0 <= attempts <= max_attempts``,
@@ -33,6 +36,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
+    ColumnElement,
     DateTime,
     Index,
     Integer,
@@ -40,10 +44,12 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    literal_column,
     text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
+from tether.domain.job import JobStatus
 from tether.domain.timeutil import UTC, ensure_utc, from_micros, to_micros
 
 TABLE_NAME = "tether_jobs"
@@ -157,6 +163,18 @@ def build_jobs_table(metadata: MetaData) -> Table:
     return table
 
 
+def status_is(column: Any, *statuses: JobStatus) -> ColumnElement[bool]:
+    """``status = 'x'`` / ``status IN ('x', 'y')`` with the values inlined as SQL literals.
+
+    Inlined on purpose: a partial index is only usable when the planner can see that the query's
+    predicate implies the index's, which it cannot for bound parameters in a generic plan.
+    """
+    literals: list[Any] = [literal_column(f"'{s.value}'") for s in statuses]
+    if len(literals) == 1:
+        return column == literals[0]  # type: ignore[no-any-return]
+    return column.in_(literals)  # type: ignore[no-any-return]
+
+
 __all__ = [
     "FINISHED_INDEX",
     "IDEMPOTENCY_KEY_INDEX",
@@ -167,4 +185,5 @@ __all__ = [
     "TABLE_NAME",
     "UtcDateTime",
     "build_jobs_table",
+    "status_is",
 ]

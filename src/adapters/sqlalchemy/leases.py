@@ -1,0 +1,175 @@
+"""Leases on the SQL repository: which jobs are due, in lease order, and taking them under fresh tokens.
+
+A job is due when it is ``queued`` or ``retrying``, ``scheduled_at <= now`` and ``attempts <
+max_attempts``; lease order is ``priority DESC, scheduled_at, id``.  :meth:`SqlLeases.lease` takes
+up to ``limit`` due jobs in one statement that each dialect writes (:meth:`SqlLeases._lease_rows`;
+PostgreSQL replaces :meth:`~SqlLeases.lease` itself, :mod:`.pg_leases`), and
+:meth:`SqlLeases.lease_job` takes one named job if it is due (a compare-and-set on its leasable
+status).  Every lease sets ``status = 'running'``, ``attempts + 1`` and a fencing token never
+used before.  :meth:`SqlLeases.due_jobs` reads the same jobs without leasing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Integer, bindparam, select, update
+from sqlalchemy.engine import Connection, Row
+from tether.adapters.sqlalchemy.mapping import row_to_job
+from tether.adapters.sqlalchemy.reads import SqlReads
+from tether.adapters.sqlalchemy.schema import status_is
+from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
+from tether.domain.errors import StorageUnavailable
+from tether.domain.job import Job, JobStatus, lease_order_key
+from tether.domain.lease import new_lease_token
+from tether.domain.timeutil import ensure_utc
+from tether.domain.validation import validate_queue, validate_seconds, validate_worker_id
+
+
+class SqlLeases(SqlReads):
+    """``lease``, ``lease_job`` and ``due_jobs``, and the due-job statement parts the dialects
+    build their lease statements from."""
+
+    @staticmethod
+    def _queue_shape(queues: Sequence[str] | None) -> str:
+        return "all" if queues is None else ("one" if len(queues) == 1 else "many")
+
+    def _lease_params(
+        self, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> dict[str, Any]:
+        """Parameters of the statements from :meth:`_due_filter_params` and :meth:`_lease_values_params`."""
+        return {
+            **self._due_params(queues, now),
+            "p_expires": now + timedelta(seconds=lease_timeout),
+            "p_worker": worker_id,
+            "p_limit": limit,
+        }
+
+    @staticmethod
+    def _due_params(queues: Sequence[str] | None, now: datetime) -> dict[str, Any]:
+        """Parameters of :meth:`_due_filter_params`: ``p_now`` and ``p_queue``/``p_queues`` (validated).
+
+        Raises:
+            ValidationError: a queue name that is not one (``queues``).
+        """
+        params: dict[str, Any] = {"p_now": now}
+        if queues is not None:
+            names = [validate_queue(q, "queues") for q in queues]
+            if len(names) == 1:
+                params["p_queue"] = names[0]
+            else:
+                params["p_queues"] = names
+        return params
+
+    def _due_filter_params(self, shape: str) -> list[ColumnElement[bool]]:
+        """The due-job predicate with bound parameters ``p_now`` and ``p_queue``/``p_queues``."""
+        t = self.table
+        conditions = [
+            status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING),
+            t.c.scheduled_at <= bindparam("p_now", type_=t.c.scheduled_at.type),
+            t.c.attempts < t.c.max_attempts,
+        ]
+        if shape == "one":
+            conditions.append(t.c.queue == bindparam("p_queue", type_=t.c.queue.type))
+        elif shape == "many":
+            conditions.append(t.c.queue.in_(bindparam("p_queues", expanding=True, type_=t.c.queue.type)))
+        return conditions
+
+    def _lease_values_params(self, token: Any) -> dict[str, Any]:
+        """SET clause of a lease with bound parameters ``p_worker``, ``p_now``, ``p_expires``."""
+        t = self.table
+        return {
+            "status": JobStatus.RUNNING.value,
+            "attempts": t.c.attempts + 1,
+            "lease_token": token,
+            "leased_by": bindparam("p_worker", type_=t.c.leased_by.type),
+            "leased_at": bindparam("p_now", type_=t.c.leased_at.type),
+            "lease_expires_at": bindparam("p_expires", type_=t.c.lease_expires_at.type),
+        }
+
+    def _lease_order(self) -> list[Any]:
+        t = self.table
+        return [t.c.priority.desc(), t.c.scheduled_at, t.c.id]
+
+    def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
+        """Up to ``limit`` due jobs in lease order, without leasing them."""
+        now = ensure_utc(now, "now")
+        if queues is not None and not queues:
+            return []
+        shape = self._queue_shape(queues)
+        stmt = self._statements.get(("due", shape))
+        if stmt is None:
+            stmt = self._statements[("due", shape)] = (
+                select(self.table)
+                .where(*self._due_filter_params(shape))
+                .order_by(*self._lease_order())
+                .limit(bindparam("p_limit", type_=Integer()))
+            )
+        params = {**self._due_params(queues, now), "p_limit": limit}
+        return self._read("read due jobs", lambda c: [row_to_job(r) for r in c.execute(stmt, params)])
+
+    def _lease_rows(
+        self, conn: Connection, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> list[Row[Any]]:
+        """Lease up to ``limit`` due jobs in one statement; returns the leased rows (any order)."""
+        raise NotImplementedError
+
+    def lease(
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+    ) -> list[Job]:
+        """Lease up to ``limit`` due jobs in lease order, each under a fresh fencing token.
+
+        Raises StorageUnavailable (never returns "no job" because the store was locked or down).
+        """
+        now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        if limit < 1 or (queues is not None and not queues):
+            return []
+        rows = self._lease_write(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
+        return sorted((row_to_job(r) for r in rows), key=lease_order_key)
+
+    def _lease_write(
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> list[Row[Any]]:
+        return self._write(
+            "lease jobs",
+            lambda c: self._lease_rows(
+                c, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit
+            ),
+        )
+
+    def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
+        """Lease this job if it is due; else None.  A compare-and-set on its leasable status."""
+        now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        stmt = self._statements.get("lease_job")
+        if stmt is None:
+            t = self.table
+            stmt = self._statements["lease_job"] = (
+                update(t)
+                .where(t.c.id == bindparam("p_id", type_=t.c.id.type), *self._due_filter_params("all"))
+                .values(**self._lease_values_params(bindparam("p_token", type_=t.c.lease_token.type)))
+                .returning(*t.c)
+            )
+        for _ in range(self.retry_attempts):
+            token = new_lease_token()
+            params = {"p_id": job_id, "p_token": token, **self._lease_params(None, worker_id, now, lease_timeout, 1)}
+            try:
+                row = self._write_once("lease a job", lambda c: c.execute(stmt, params).first(), single=True)  # noqa: B023
+                return row_to_job(row) if row is not None else None
+            except _UnknownOutcome:
+                # Did our lease land?  The token is ours alone, so the row says so.
+                row = self._read("check a lease", lambda c: self._get_row(c, job_id))
+                if row is not None and row.lease_token == token:
+                    return row_to_job(row)
+                if row is None or row.status not in (JobStatus.QUEUED.value, JobStatus.RETRYING.value):
+                    return None
+                # still leasable: ours did not land; try again with a fresh token
+        raise StorageUnavailable(f"{self.safe_url}: could not lease job {job_id}: the connection kept failing")
+
+
+__all__ = ["SqlLeases"]

@@ -1,0 +1,57 @@
+"""Reads on the SQL repository: one job by id, jobs listed by status and queue, counts per status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.engine import Connection, Row
+from tether.adapters.sqlalchemy.mapping import row_to_job
+from tether.adapters.sqlalchemy.transactions import SqlTransactions
+from tether.domain.errors import JobNotFound
+from tether.domain.job import Job, JobStatus
+
+
+class SqlReads(SqlTransactions):
+    """``get``, ``list_jobs`` and ``count_by_status``; and :meth:`_get_row`, the read of one row that
+    the writes also use to learn the outcome of a write whose commit was interrupted."""
+
+    def _get_row(self, conn: Connection, job_id: int) -> Row[Any] | None:
+        stmt = self._statements.get("get")
+        if stmt is None:
+            t = self.table
+            stmt = self._statements["get"] = select(t).where(t.c.id == bindparam("p_id", type_=t.c.id.type))
+        return conn.execute(stmt, {"p_id": job_id}).first()
+
+    def get(self, job_id: int) -> Job:
+        """The job with this id.  Raises JobNotFound, StorageUnavailable."""
+        row = self._read("read a job", lambda c: self._get_row(c, job_id))
+        if row is None:
+            raise JobNotFound(job_id)
+        return row_to_job(row)
+
+    def list_jobs(
+        self, *, status: JobStatus | None = None, queue: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Job]:
+        """Jobs by ascending id, filtered by status and queue."""
+        t = self.table
+        stmt = select(t).order_by(t.c.id).limit(limit).offset(offset)
+        if status is not None:
+            stmt = stmt.where(t.c.status == JobStatus(status).value)
+        if queue is not None:
+            stmt = stmt.where(t.c.queue == queue)
+        return self._read("list jobs", lambda c: [row_to_job(r) for r in c.execute(stmt)])
+
+    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
+        """How many jobs are in each status (every status present, zero included)."""
+        t = self.table
+        stmt = select(t.c.status, func.count()).group_by(t.c.status)
+        if queue is not None:
+            stmt = stmt.where(t.c.queue == queue)
+        counts = {s: 0 for s in JobStatus}
+        for status, n in self._read("count jobs", lambda c: list(c.execute(stmt))):
+            counts[JobStatus(status)] = int(n)
+        return counts
+
+
+__all__ = ["SqlReads"]

@@ -1,0 +1,287 @@
+"""The SQL repository's transactions: its own unit of work, retries, unknown outcomes, the caller's transactions.
+
+:class:`SqlTransactions` is the base of every part of
+:class:`~tether.adapters.sqlalchemy.repository.SqlAlchemyJobRepository`: it holds the state they
+share (engine, table, the cache of hot-path statements) and runs their work:
+
+- :meth:`~SqlTransactions._read` and :meth:`~SqlTransactions._write` run one transaction and run it
+  again on a transient error (lock timeout, lost connection), with backoff: for work that is safe
+  to repeat;
+- :meth:`~SqlTransactions._write_once` retries only what surely rolled back; when the connection
+  dies while the COMMIT (or a one-statement write in autocommit) is under way, it raises
+  :class:`_UnknownOutcome` and the caller reads the row back to learn what happened;
+- ``connection=`` arguments join the caller's own transaction (a SQLAlchemy ``Connection`` or
+  ``Session`` on the same database), never retried there, and :meth:`~SqlTransactions.on_commit`
+  runs callbacks after it commits (:mod:`.commit_hooks`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, TypeVar
+
+from sqlalchemy import MetaData, Table
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+from tether.adapters.log_limits import RateLimitedLog
+from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
+from tether.domain.errors import StorageUnavailable, TetherError, ValidationError
+
+log = logging.getLogger("tether.adapters.sqlalchemy")
+
+#: Transient-error warnings are logged at most once per this many seconds (the rest at DEBUG),
+#: so an outage costs a bounded number of log lines however many threads retry.
+TRANSIENT_LOG_PERIOD = 1.0
+_transient_limit = RateLimitedLog(log, TRANSIENT_LOG_PERIOD)
+
+
+def _log_transient(message: str, *args: object) -> None:
+    """Log a retried transient error: WARNING at most once per :data:`TRANSIENT_LOG_PERIOD`, else DEBUG."""
+    loud = _transient_limit.admit() is not None
+    log.log(logging.WARNING if loud else logging.DEBUG, message, *args)
+
+
+T = TypeVar("T")
+
+
+class _UnknownOutcome(Exception):
+    """A statement's transaction may or may not have committed (the connection died mid-way)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class SqlTransactions:
+    """The state every part of the SQL repository shares, and the transactions its work runs in.
+
+    Attributes:
+        engine: the SQLAlchemy engine (callers may use it for their own transactions).
+        schema: PostgreSQL schema holding ``tether_jobs`` (None: the default search path).
+        table: the ``tether_jobs`` :class:`Table` bound to this repository's schema.
+    """
+
+    engine: Engine
+    schema: str | None
+    metadata: MetaData
+    table: Table
+    #: Serialises use of a single shared connection (``sqlite:///:memory:``); None elsewhere.
+    _serial: AbstractContextManager[Any] | None
+    #: Hot-path statements built once, run with parameters.
+    _statements: dict[Any, Any]
+    _closed: bool
+
+    #: Attempts of an operation hit by a transient storage error before StorageUnavailable.
+    retry_attempts: int = 6
+    #: First backoff between those attempts (seconds); doubles up to :attr:`retry_max_delay`.
+    retry_base_delay: float = 0.02
+    retry_max_delay: float = 1.0
+    #: Run one-statement writes as their own transaction (no BEGIN/COMMIT round trips).
+    single_statement_autocommit: bool = False
+
+    @property
+    def safe_url(self) -> str:
+        """The database URL with its password hidden, for messages."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    # -- our own transactions and retries --------------------------------------------------------
+    def _guard(self) -> AbstractContextManager[Any]:
+        """Serialises use of a single shared connection (``sqlite:///:memory:``); else a no-op."""
+        return self._serial if self._serial is not None else nullcontext()
+
+    def _write_guard(self) -> AbstractContextManager[Any]:
+        """Held around each write transaction (SQLite: an in-process lock per database file)."""
+        return self._guard()
+
+    @contextmanager
+    def _begin(self, *, write: bool, single: bool = False) -> Iterator[Connection]:
+        """A connection in a new transaction of this repository's own (write: the store's write lock).
+
+        ``single``: the work is one statement (atomic by itself); where
+        :attr:`single_statement_autocommit` is set it runs without BEGIN/COMMIT round trips.
+        """
+        if self._closed:
+            raise StorageUnavailable(f"{self.safe_url}: the repository was closed")
+        with self._write_guard() if write else self._guard(), self.engine.connect() as conn:
+            if single and self.single_statement_autocommit:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+                return
+            conn.execution_options(tether_write=write)
+            with conn.begin():
+                yield conn
+
+    def _is_transient(self, error: BaseException) -> bool:
+        """True when ``error`` is worth retrying (lock timeout, lost connection)."""
+        return isinstance(error, sa_exc.OperationalError) or (
+            isinstance(error, sa_exc.DBAPIError) and bool(error.connection_invalidated)
+        )
+
+    def _unavailable(self, error: BaseException, doing: str) -> StorageUnavailable:
+        reason = getattr(error, "orig", None) or error
+        first = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
+        return StorageUnavailable(
+            f"{self.safe_url}: could not {doing}: {first} (retried; check that the database is reachable "
+            "and not locked by a long transaction)"
+        )
+
+    def _sleep(self, attempt: int) -> None:
+        delay = min(self.retry_base_delay * (2**attempt), self.retry_max_delay)
+        time.sleep(delay * (0.5 + random.random()))
+
+    def _retrying(self, doing: str, work: Callable[[], T]) -> T:
+        """Run ``work`` (one whole transaction) again on transient errors, with backoff.
+
+        Only for work that is safe to repeat: its transaction either committed or did nothing,
+        and running it again after a commit is harmless (reads, idempotent writes).
+        """
+        for attempt in range(self.retry_attempts):
+            try:
+                return work()
+            except sa_exc.DBAPIError as error:
+                if not self._is_transient(error):
+                    raise self._translate(error, doing) from error
+                if attempt + 1 >= self.retry_attempts:
+                    raise self._unavailable(error, doing) from error
+                _log_transient(
+                    "%s: transient error while trying to %s (attempt %d): %s", self.safe_url, doing, attempt + 1,
+                    str(getattr(error, "orig", error)).splitlines()[0] if str(error) else type(error).__name__,
+                )
+                self._sleep(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _translate(self, error: sa_exc.DBAPIError, doing: str) -> TetherError:
+        """A non-transient database error as a TetherError (the message never shows a password)."""
+        return self._unavailable(error, doing)
+
+    def _read(self, doing: str, work: Callable[[Connection], T]) -> T:
+        """Read-only work, retried on transient errors (one-statement reads need no transaction
+        where :attr:`single_statement_autocommit` is set)."""
+
+        def once() -> T:
+            with self._begin(write=False, single=True) as conn:
+                return work(conn)
+
+        return self._retrying(doing, once)
+
+    def _write(self, doing: str, work: Callable[[Connection], T], *, single: bool = False) -> T:
+        """One write transaction, retried on transient errors: only for work that is safe to
+        repeat (idempotent, or whose outcome a repeat cannot double)."""
+
+        def once() -> T:
+            with self._begin(write=True, single=single) as conn:
+                return work(conn)
+
+        return self._retrying(doing, once)
+
+    def _write_once(
+        self,
+        doing: str,
+        work: Callable[[Any], T],
+        *,
+        single: bool = False,
+        connect: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> T:
+        """One write transaction that must not be repeated blindly.
+
+        An error before the COMMIT was sent means the transaction rolled back: it is retried with
+        backoff.  An error while committing (or during a ``single`` statement run as its own
+        transaction) leaves the outcome unknown and raises :class:`_UnknownOutcome` for the
+        caller to resolve by reading the row.  ``connect``, when given, opens the connection
+        ``work`` runs on instead of :meth:`_begin`, as one statement in autocommit (e.g. a pooled
+        driver connection); failing to open it is retried like a failure before COMMIT.
+        """
+        for attempt in range(self.retry_attempts):
+            unknown = False
+            try:
+                with self._begin(write=True, single=single) if connect is None else connect() as conn:
+                    unknown = connect is not None or (single and self.single_statement_autocommit)
+                    result = work(conn)
+                    unknown = True  # leaving the block sends COMMIT
+                return result
+            except sa_exc.DBAPIError as error:
+                if not self._is_transient(error):
+                    raise self._translate(error, doing) from error
+                if unknown:
+                    raise _UnknownOutcome(error) from error
+                if attempt + 1 >= self.retry_attempts:
+                    raise self._unavailable(error, doing) from error
+                self._sleep(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """This repository's own unit of work: a :class:`Connection` in a write transaction.
+
+        ``with repo.transaction() as tx: repo.enqueue(..., connection=tx)`` commits on normal
+        exit and rolls back if the block raises; :meth:`on_commit` callbacks run after commit.
+        """
+        try:
+            with self._begin(write=True) as conn:
+                yield conn
+        except sa_exc.DBAPIError as error:
+            raise self._unavailable(error, "run the transaction") from error
+
+    # -- the caller's transactions ---------------------------------------------------------------
+    def _same_database(self, conn: Connection) -> bool:
+        ours, theirs = self.engine.url, conn.engine.url
+        if conn.engine is self.engine or conn.engine.pool is self.engine.pool:
+            return True
+        if conn.dialect.name != self.engine.dialect.name:
+            return False
+        return (ours.host, ours.port, ours.database) == (theirs.host, theirs.port, theirs.database)
+
+    def _caller_connection(self, connection: Any) -> Connection | None:
+        """The Connection to run on for ``connection=`` (None: use our own transaction)."""
+        if connection is None:
+            return None
+        if isinstance(connection, Session):
+            conn = connection.connection()
+        elif isinstance(connection, Connection):
+            conn = connection
+        else:
+            raise ValidationError(
+                "connection",
+                f"must be a SQLAlchemy Connection or Session (or repository.transaction()), got {type(connection).__name__}",
+            )
+        if conn.closed or conn.invalidated:
+            raise ValidationError("connection", "that connection is closed or invalidated")
+        if not self._same_database(conn):
+            raise ValidationError(
+                "connection",
+                f"is on {conn.engine.url.render_as_string(hide_password=True)}, not on this repository's database "
+                f"{self.safe_url}",
+            )
+        return conn
+
+    def _on_caller(self, conn: Connection, doing: str, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in the caller's transaction: no retries (the transaction is theirs)."""
+        try:
+            return work(conn)
+        except sa_exc.DBAPIError as error:
+            raise self._unavailable(error, doing) from error
+
+    def on_commit(self, connection: Any, callback: Callable[[], None]) -> None:
+        """Run ``callback`` after ``connection``'s transaction commits; never after a rollback.
+
+        ``connection`` is None (run at once), a Session, a Connection, or the handle of
+        :meth:`transaction`.  A callback that raises is logged and ignored.
+        """
+        if connection is None:
+            run_safely(callback)
+        elif isinstance(connection, Session):
+            on_session_commit(connection, callback)
+        elif isinstance(connection, Connection):
+            on_connection_commit(connection, callback)
+        else:
+            raise ValidationError(
+                "connection", f"must be a SQLAlchemy Connection or Session, got {type(connection).__name__}"
+            )
+
+
+__all__ = ["TRANSIENT_LOG_PERIOD", "SqlTransactions"]
