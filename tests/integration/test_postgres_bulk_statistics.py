@@ -11,8 +11,7 @@ from datetime import UTC
 import pytest
 from sqlalchemy import text
 from tether.adapters.clock import FakeClock
-from tether.adapters.sqlalchemy import PostgresJobRepository
-from tether.adapters.sqlalchemy import postgres as postgres_module
+from tether.adapters.sqlalchemy import PostgresJobRepository, pg_enqueue
 from tether.adapters.sqlalchemy.schema import LEASABLE_INDEX
 from tether.domain.validation import prepare_job
 
@@ -51,7 +50,7 @@ def _lease_plan(repo: PostgresJobRepository, clock: FakeClock) -> str:
 def test_a_large_bulk_enqueue_analyzes_the_table_and_the_lease_uses_the_lease_order_index(
     repo: PostgresJobRepository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(postgres_module, "ANALYZE_AFTER_ROWS", 2_000)
+    monkeypatch.setattr(pg_enqueue, "ANALYZE_AFTER_ROWS", 2_000)
     clock = FakeClock()
     repo.enqueue_many([prepare_job("t", {"i": i}, now=clock.now()) for i in range(1_500)], now=clock.now())
     assert not _analyzed(repo)  # below the threshold: no ANALYZE yet

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import create_engine, text
 from tether.adapters.clock import FakeClock
-from tether.adapters.sqlalchemy import PostgresJobRepository
-from tether.adapters.sqlalchemy import postgres as postgres_module
+from tether.adapters.sqlalchemy import PostgresJobRepository, pg_connections
 from tether.adapters.sqlalchemy.postgres import normalize_postgres_url
 from tether.domain.job import JobStatus
 from tether.domain.validation import prepare_job
@@ -51,7 +50,7 @@ def _kill_backends() -> int:
 def test_an_idle_connection_killed_by_the_server_is_replaced_before_an_unkeyed_enqueue(
     repo: PostgresJobRepository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(postgres_module, "PING_IF_IDLE", 0.05)
+    monkeypatch.setattr(pg_connections, "PING_IF_IDLE", 0.05)
     clock = FakeClock()
     first = repo.enqueue(prepare_job("t", {"n": 1}, now=clock.now()), now=clock.now()).job  # a pooled connection
     assert _kill_backends() >= 1

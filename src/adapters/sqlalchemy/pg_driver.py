@@ -1,4 +1,4 @@
-"""One statement straight on a pooled psycopg connection: the latency path of PostgreSQL.
+"""One statement straight on a pooled psycopg connection, and jobs from its raw rows: PostgreSQL's latency path.
 
 SQLAlchemy's execution machinery (compiled-statement cache lookup, parameter processing, result
 set-up, autocommit switching on the Connection) costs about half a millisecond per statement on
@@ -9,17 +9,21 @@ pool (so pool size, the idle-connection ping and invalidation rules stay one), r
 for that one statement (a single statement is atomic by itself), and errors come back wrapped as
 SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError` so the repository's retry and unknown-outcome
 rules apply unchanged.  The SQL itself is still ours and fixed; only the plumbing is thinner.
+The rows come back as plain tuples, and :func:`job_from_tuple` reads a job from them by position.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
+from tether.domain.job import Job, JobStatus
+from tether.domain.timeutil import UTC
 
 
 @contextmanager
@@ -58,4 +62,31 @@ def autocommit_connection(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
         fairy.close()
 
 
-__all__ = ["autocommit_connection"]
+_STATUSES = {status.value: status for status in JobStatus}
+#: The columns :func:`job_from_tuple` reads, in its order (statements list them explicitly).
+JOB_COLUMNS = (
+    "id", "job_type", "queue", "payload", "priority", "status", "attempts", "max_attempts", "scheduled_at",
+    "created_at", "idempotency_key", "lease_token", "leased_by", "leased_at", "lease_expires_at", "last_error",
+    "finished_at",
+)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is UTC:
+        return value
+    return value.astimezone(UTC)  # timestamptz comes back in the session's zone
+
+
+def job_from_tuple(row: Sequence[Any]) -> Job:
+    """The :class:`Job` of the first 17 columns of a raw row, in :data:`JOB_COLUMNS` order
+    (what :func:`~tether.adapters.sqlalchemy.mapping.row_to_job` gives, without SQLAlchemy's
+    per-column result processing: psycopg already returns ``int``/``str``/aware datetimes)."""
+    return Job(
+        id=row[0], job_type=row[1], queue=row[2], payload_json=row[3], priority=row[4], status=_STATUSES[row[5]],
+        attempts=row[6], max_attempts=row[7], scheduled_at=_utc(row[8]), created_at=_utc(row[9]),  # type: ignore[arg-type]
+        idempotency_key=row[10], lease_token=row[11], leased_by=row[12], leased_at=_utc(row[13]),
+        lease_expires_at=_utc(row[14]), last_error=row[15], finished_at=_utc(row[16]),
+    )
+
+
+__all__ = ["JOB_COLUMNS", "autocommit_connection", "job_from_tuple"]

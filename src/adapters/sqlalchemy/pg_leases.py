@@ -1,0 +1,238 @@
+"""Leases and completions on PostgreSQL: the lease, ``complete_many`` and ``complete_and_lease`` statements.
+
+- **Leases**: one round trip leases up to ``k`` jobs::
+
+      UPDATE tether_jobs SET status = 'running', attempts = attempts + 1, lease_token = ..., ...
+      FROM (SELECT id FROM tether_jobs
+            WHERE status IN ('queued', 'retrying') AND scheduled_at <= :now
+              AND attempts < max_attempts [AND queue IN (...)]
+            ORDER BY priority DESC, scheduled_at, id
+            LIMIT :k FOR UPDATE SKIP LOCKED) AS chosen
+      WHERE tether_jobs.id = chosen.id RETURNING tether_jobs.*
+
+  Concurrent workers skip each other's locked rows instead of queueing behind them.  The partial
+  indexes of :mod:`.schema` give the rows in lease order, so the cost does not grow with the
+  number of finished rows (case C19).  It is sent straight on a pooled psycopg connection
+  (:mod:`.pg_driver`): the lease is on the path from a job's publish to its handler's start.
+- **Fencing tokens** of a batch lease are ``md5(secret || id)``, where ``secret`` is 128 random
+  bits drawn (from the OS's CSPRNG) for that one lease call: unique per lease, and known to the
+  caller before the statement runs.  If the connection dies while the lease commits, the
+  repository reads back the rows leased under that secret and returns them, so a lost reply
+  never silently burns an attempt.
+- **Completions**: :meth:`~PgLeases.complete_many` flushes many fenced completions in one
+  ``UPDATE ... FROM unnest(ids, tokens)``, each still a compare-and-set with its own outcome;
+  :meth:`~PgLeases.complete_and_lease` sends those completions and a lease as one statement.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Text, cast, func, literal, select, text
+from sqlalchemy.engine import Connection, Row
+from tether.adapters.sqlalchemy.mapping import row_to_job
+from tether.adapters.sqlalchemy.pg_connections import PgConnections
+from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
+from tether.adapters.sqlalchemy.schema import status_is
+from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
+from tether.domain.errors import LeaseLost, StorageUnavailable
+from tether.domain.job import Job, JobStatus, lease_order_key
+from tether.domain.timeutil import ensure_utc
+from tether.domain.validation import validate_seconds, validate_worker_id
+
+
+class PgLeases(PgConnections):
+    """``lease``, ``complete_many`` (through :meth:`_complete_rows`) and ``complete_and_lease`` on PostgreSQL."""
+
+    def _lease_parts(self, shape: str) -> tuple[str, str]:
+        """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
+        :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
+        due rows of the queue filter ``shape`` (all, one, many) in lease order, skipping rows other
+        workers hold locked) and the UPDATE that leases them, each under ``md5(p_secret || id)``,
+        returning :data:`JOB_COLUMNS`."""
+        table = self._qualified_table
+        columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
+        queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
+                        "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
+        chosen = (
+            f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
+            f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
+            "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED"
+        )
+        update = (
+            f"UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
+            "lease_token = md5(%(p_secret)s || CAST(j.id AS text)), leased_by = %(p_worker)s, "
+            "leased_at = %(p_now)s, lease_expires_at = %(p_expires)s FROM chosen WHERE j.id = chosen.id "
+            f"RETURNING {columns}"
+        )
+        return chosen, update
+
+    def _lease_sql(self, shape: str) -> str:
+        """The lease statement (:meth:`_lease_parts`) for a queue filter of ``shape``."""
+        key = ("lease_sql", shape)
+        sql = self._statements.get(key)
+        if sql is None:
+            chosen, update = self._lease_parts(shape)
+            sql = self._statements[key] = f"WITH chosen AS ({chosen}) {update}"
+        return sql
+
+    def lease(
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+    ) -> list[Job]:
+        """As the base class, in one statement (:meth:`_lease_sql`) sent straight on a pooled psycopg
+        connection (:mod:`.pg_driver`): the lease is on the path from a job's publish to its
+        handler's start.  A lease whose reply was lost is read back by its secret."""
+        now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        if limit < 1 or (queues is not None and not queues):
+            return []
+        sql = self._lease_sql(self._queue_shape(queues))
+        base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        for attempt in range(self.retry_attempts):
+            secret = secrets.token_hex(16)
+            try:
+                rows = self._driver_once("lease jobs", sql, {**base, "p_secret": secret})
+            except _UnknownOutcome:
+                recovered = self._read(
+                    "check an interrupted lease",
+                    lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
+                )
+                if recovered:
+                    return sorted((row_to_job(r) for r in recovered), key=lease_order_key)
+                if attempt + 1 < self.retry_attempts:
+                    self._sleep(attempt)
+                continue
+            return sorted((job_from_tuple(r) for r in rows), key=lease_order_key)
+        # never "no job" because the store kept failing (the contract of lease)
+        raise StorageUnavailable(f"{self.safe_url}: could not lease jobs: the connection kept failing")
+
+    def _rows_leased_under(
+        self, conn: Connection, secret: str, worker_id: str, now: datetime, lease_timeout: float
+    ) -> list[Row[Any]]:
+        t = self.table
+        expires = now + timedelta(seconds=lease_timeout)
+        stmt = select(t).where(
+            status_is(t.c.status, JobStatus.RUNNING),
+            t.c.lease_expires_at == expires,
+            t.c.leased_by == worker_id,
+            t.c.lease_token == func.md5(literal(secret, Text()) + cast(t.c.id, Text())),
+        )
+        return list(conn.execute(stmt))
+
+    _complete_rows_single = True
+
+    def _complete_rows(
+        self, conn: Connection, items: Sequence[tuple[int, str]], now: datetime
+    ) -> dict[tuple[int, str], Row[Any]]:
+        """All the fenced completions in one statement: ``UPDATE ... FROM unnest(ids, tokens)``;
+        each row comes back with the token that matched it (``fenced_token``)."""
+        statement = self._statements.get("complete_many")
+        if statement is None:  # built once: rebuilding a text() costs a cache-key walk per call
+            statement = text(
+                f"UPDATE {self._qualified_table} AS j SET status = 'completed', finished_at = :now, lease_token = NULL, "
+                "leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
+                "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS v(id, token) "
+                "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token "
+                "RETURNING j.*, v.token AS fenced_token"
+            ).columns(*self.table.c, fenced_token=Text())
+            self._statements["complete_many"] = statement
+        rows = conn.execute(  # .all(): one fetchall, not a fetchone per row
+            statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]}
+        ).all()
+        return {(int(row.id), row.fenced_token): row for row in rows}
+
+    def _complete_and_lease_sql(self, shape: str) -> str:
+        """The SQL of :meth:`complete_and_lease` for a queue filter of ``shape`` (psycopg
+        ``%(name)s`` parameters): the ``complete_many`` update and the lease
+        (:meth:`_lease_parts`) as two data-modifying CTEs of one statement (they touch disjoint
+        rows: one needs ``running``, the other ``queued``/``retrying``), their rows returned
+        together, told apart by the last column (true: completed by this statement).  Columns are
+        listed as :data:`JOB_COLUMNS`, so :func:`job_from_tuple` reads them by position whatever
+        the physical column order."""
+        key = ("complete_and_lease", shape)
+        sql = self._statements.get(key)
+        if sql is None:
+            table = self._qualified_table
+            columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
+            chosen, update = self._lease_parts(shape)
+            sql = self._statements[key] = (
+                f"WITH done AS (UPDATE {table} AS j SET status = 'completed', finished_at = %(p_now)s, "
+                "lease_token = NULL, leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
+                "FROM unnest(CAST(%(p_ids)s AS bigint[]), CAST(%(p_tokens)s AS text[])) AS v(id, token) "
+                "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token "
+                f"RETURNING {columns}, v.token AS fenced_token), "
+                f"chosen AS ({chosen}), "
+                f"leased AS ({update}, CAST(NULL AS text) AS fenced_token) "
+                "SELECT *, true FROM done UNION ALL SELECT *, false FROM leased"
+            )
+        return sql
+
+    def complete_and_lease(
+        self,
+        items: Sequence[tuple[int, str]],
+        *,
+        now: datetime,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        lease_timeout: float,
+        limit: int,
+    ) -> tuple[list[Job | LeaseLost], list[Job]]:
+        """The fenced completions of ``items`` and a lease of up to ``limit`` jobs in **one**
+        statement (one round trip, one commit): see :meth:`_complete_and_lease_sql`.
+
+        Each item is still its own compare-and-set on (id, ``running``, token), answered by the
+        (id, token) that matched (a stale token next to the current one is LeaseLost); leased
+        tokens are ``md5(secret || id)`` as in :meth:`lease`.  When the connection dies during
+        the statement, both halves are read back (the statement is atomic: it landed whole or not
+        at all): the rows leased under the secret, and each item's row (completed at ``now``:
+        done; still running under its token: not landed, so the statement is sent again with a
+        fresh secret; else LeaseLost).  Raises StorageUnavailable past the retries.
+        """
+        now = ensure_utc(now, "now")
+        if not items or limit < 1 or (queues is not None and not queues):
+            return super().complete_and_lease(
+                items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit
+            )
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        sql = self._complete_and_lease_sql(self._queue_shape(queues))
+        batch = [(int(job_id), str(token)) for job_id, token in items]
+        base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        done: dict[tuple[int, str], Job | LeaseLost] = {}
+        for attempt in range(self.retry_attempts):
+            secret = secrets.token_hex(16)
+            params = {**base, "p_secret": secret, "p_ids": [i for i, _ in batch], "p_tokens": [t for _, t in batch]}
+            try:
+                # raw rows on the driver, mapped by position: no per-statement SQLAlchemy overhead
+                rows = self._driver_once("complete and lease jobs", sql, params)
+            except _UnknownOutcome:
+                leased = self._read(
+                    "check an interrupted lease",
+                    lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
+                )
+                pending = self._recheck_completions(batch, now, done)
+                if pending and not leased:  # it did not land: send it again (the others are answered)
+                    batch = pending
+                    if attempt + 1 < self.retry_attempts:
+                        self._sleep(attempt)
+                    continue
+                jobs = sorted((row_to_job(r) for r in leased), key=lease_order_key)
+                return [done[(int(i), str(t))] for i, t in items], jobs
+            jobs = []
+            for row in rows:
+                if row[-1]:
+                    done[(row[0], row[-2])] = job_from_tuple(row)
+                else:
+                    jobs.append(job_from_tuple(row))
+            for key in batch:
+                if key not in done:
+                    done[key] = LeaseLost(*key)
+            return [done[(int(i), str(t))] for i, t in items], sorted(jobs, key=lease_order_key)
+        raise StorageUnavailable(f"{self.safe_url}: could not complete and lease jobs: the connection kept failing")
+
+
+__all__ = ["PgLeases"]
