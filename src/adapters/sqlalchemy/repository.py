@@ -3,7 +3,7 @@
 The class users construct (through :func:`tether.adapters.sqlalchemy.open_repository`) is composed
 of one part per concern, each in its own module:
 
-- :mod:`.transactions`: the state the parts share, its own transactions, retries of transient
+- :mod:`.transactions`: the state the parts share, the repository's own transactions, retries of transient
   errors, writes whose outcome is unknown, joining the caller's transaction, ``on_commit``;
 - :mod:`.enqueue`: ``enqueue`` and ``enqueue_many``, idempotency keys;
 - :mod:`.leases`: ``lease``, ``lease_job``, ``due_jobs`` (due jobs in lease order);
