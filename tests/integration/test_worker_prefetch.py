@@ -18,7 +18,7 @@ from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher
 from tether.domain.job import JobStatus
-from tether.entrypoints import worker as worker_module
+from tether.entrypoints.worker import pool as worker_module
 from tether.entrypoints.service import EnqueueRequest, Tether
 
 from tests.conftest import wait_for

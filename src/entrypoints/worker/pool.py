@@ -26,7 +26,7 @@ Threads of one :class:`WorkerPool`:
   through :func:`~tether.domain.failure.describe_failure`.  A ``LeaseLost`` answer is logged and
   counted, never raised: the job belongs to someone else now.  Failure hooks run after the
   failure is persisted; their errors are logged and swallowed (case C17).
-- ``tether-complete``: the completion batcher (:mod:`tether.entrypoints.completions`).  The success
+- ``tether-complete``: the completion batcher (:mod:`tether.entrypoints.worker.completions`).  The success
   of every job whose handler returned is queued there, and this thread writes all those waiting
   at that moment in one ``complete_many`` call (one round trip on PostgreSQL); each item is still
   its own compare-and-set on (id, running, token), and each job's own outcome (completed, or
@@ -74,7 +74,7 @@ from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
-from tether.entrypoints.completions import CompletionBatcher, Refill
+from tether.entrypoints.worker.completions import CompletionBatcher, Refill
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.execution import Outcome, execute_job
 from tether.entrypoints.handlers import HandlerSpec
