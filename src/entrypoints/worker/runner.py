@@ -47,9 +47,9 @@ class Runner(Protocol):
 
     Members marked *locked* are called with the pool's lock (:attr:`HeldJobs.lock`) held: they
     only count and queue, never block.  A job handed to a runner stays held until the runner
-    finished it (:meth:`HeldJobs.drop`, or :meth:`HeldJobs.finish` from the completion callback);
-    each time a job of the runner's leaves a slot or the book, the runner calls
-    :attr:`HeldJobs.wake` under the lock.
+    finished it (:meth:`HeldJobs.drop`), or until its completion was written
+    (:meth:`Outcomes.completed` finishes it then); each time one of its jobs leaves a slot or the
+    book, :attr:`HeldJobs.wake` is called under the lock, so the acquirer learns of the room.
 
     Attributes:
         slots: handlers it runs at the same time.
