@@ -14,7 +14,7 @@ from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
-from tether.entrypoints.completions import CompletionBatcher
+from tether.entrypoints.worker.completions import CompletionBatcher
 
 
 class GatedRepository(InMemoryJobRepository):

@@ -18,8 +18,8 @@ from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher
 from tether.domain.job import JobStatus
-from tether.entrypoints import worker as worker_module
 from tether.entrypoints.service import EnqueueRequest, Tether
+from tether.entrypoints.worker import acquirer as acquirer_module
 
 from tests.conftest import wait_for
 from tests.counting_repository import CountingRepository
@@ -34,7 +34,7 @@ def make_app(repo: InMemoryJobRepository | None = None) -> Tether:
 def test_prefetched_jobs_are_released_unstarted_at_shutdown_and_the_running_one_finishes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker_module, "PREFETCH_HORIZON", 1e6)  # any handler time allows the full prefetch
+    monkeypatch.setattr(acquirer_module, "PREFETCH_HORIZON", 1e6)  # any handler time allows the full prefetch
     app = make_app()
     ran: list[int] = []
     pool_box: list[Any] = []
@@ -72,7 +72,7 @@ def test_prefetched_jobs_are_released_unstarted_at_shutdown_and_the_running_one_
 
 
 def test_no_job_is_leased_ahead_of_handlers_slower_than_the_horizon(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_module, "PREFETCH_HORIZON", 0.05)
+    monkeypatch.setattr(acquirer_module, "PREFETCH_HORIZON", 0.05)
     app = make_app()
     running_seen: list[int] = []
 

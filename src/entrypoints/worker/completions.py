@@ -8,7 +8,7 @@ round trip on PostgreSQL).  While a flush is on the wire the next completions pi
 size follows the load by itself: one job alone is written at once, thousands per second go out
 in batches, and no timer ever holds a completion back.
 
-What each caller still gets (issue 3, "fenced completion in batches"):
+What each caller still gets (a fenced completion, in a batch):
 
 - every item is its own compare-and-set on (id, ``running``, lease token) inside ``complete_many``;
 - each item gets *its own* outcome: the completed :class:`Job`, or :class:`LeaseLost` when its
@@ -19,7 +19,8 @@ What each caller still gets (issue 3, "fenced completion in batches"):
   ``give_up_at`` (the pool passes the earlier of 30 s and the lease expiry), then delivered to
   that item; any other error of the call is delivered to every item of the batch at once.
 
-**Refill** (optional, :class:`Refill`): when the pool's dispatcher leases straight from the
+**Refill** (optional, :class:`Refill`, given to the constructor or to
+:meth:`CompletionBatcher.refill_with`): when the pool's dispatcher leases straight from the
 repository, each flush also asks the pool how many jobs its free threads can take
 (:attr:`Refill.reserve`, counting the threads this flush frees) and writes the batch with
 :meth:`~tether.ports.repository.JobRepository.complete_and_lease` instead: the completions and
@@ -148,6 +149,16 @@ class CompletionBatcher:
             return False
         with self._cond:
             return self._flushing or bool(self._pending)
+
+    def refill_with(self, refill: Refill) -> None:
+        """Lease the pool's next jobs with each flush (see :class:`Refill`).
+
+        Raises:
+            RuntimeError: the flusher thread was started already.
+        """
+        if self._thread is not None:
+            raise RuntimeError("refill_with() must be called before start()")
+        self._refill = refill
 
     def poke(self) -> None:
         """Tell a flusher waiting for busy handlers (see :class:`Refill`) to look again."""

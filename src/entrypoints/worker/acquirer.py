@@ -1,0 +1,265 @@
+"""The worker pool's acquiring loop: leases jobs for the runner's free slots and hands them over.
+
+The ``tether-acquire`` thread asks the dispatcher for as many jobs as the runner has free slots
+plus the prefetch room (``acquire(limit=free, ...)``), holds them (:class:`HeldJobs`) and
+submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
+
+- **Room** (:meth:`Acquirer.free`): free slots plus the prefetch room, less what lease queries
+  on the wire reserved.  The prefetch room is at most ``prefetch`` and at most what the slots would
+  start within :data:`PREFETCH_HORIZON` seconds at the runner's recent mean handler time (none
+  before the first handler returned), so slow jobs are not leased ahead.  A slot is free once its
+  handler returned, even while that job's completion is still being written (the job stays held,
+  heartbeated, until its write returned), so leasing overlaps with writing; so that slow writes
+  cannot pile up leases, the held jobs are also capped at twice the slots (plus the prefetch room).
+- **Coalescing**: once one slot is free the loop waits up to :data:`LEASE_COALESCE_SECONDS` for
+  half of them to be, so one lease query refills many slots.  A wake-up per finished job would
+  cost more than a no-op job, so :meth:`Acquirer.wake` (called whenever a job leaves a slot or
+  the book) notifies only when the loop may act.
+- **Refills**: when the dispatcher leases straight from the repository
+  (``Dispatcher.leases_from``), the completion flush leases for the free slots too
+  (``complete_and_lease``: one round trip; :meth:`Acquirer.refill` gives the batcher its
+  :class:`~tether.entrypoints.worker.completions.Refill`), and this loop waits while such a flush
+  is pending or on the wire; it leases itself when the pool is starting or idle.
+- **Storage trouble** (``StorageUnavailable`` or any other error from the dispatcher) is logged
+  at most about once a second and retried with a bounded exponential backoff
+  (:data:`ACQUIRE_BACKOFF`).
+- **Shutdown**: no lease is taken once the pool is stopping; jobs a lease query returned at that
+  very moment are released unstarted at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from tether.adapters.log_limits import RateLimitedLog
+from tether.domain.errors import StorageUnavailable
+from tether.domain.failure import describe_failure
+from tether.domain.job import Job
+from tether.entrypoints.context import JobContext
+from tether.entrypoints.worker.completions import CompletionBatcher, Refill
+from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.runner import Runner
+from tether.ports.clock import Clock
+from tether.ports.dispatcher import Dispatcher
+from tether.ports.repository import JobRepository
+
+logger = logging.getLogger("tether.worker")
+
+#: Backoff after a failed lease query, in seconds: doubles from the first to the second value.
+ACQUIRE_BACKOFF = (0.05, 5.0)
+#: Longest wait, in seconds, for half the runner's slots to be free before a lease query asks for
+#: fewer jobs; the query then asks for exactly the free slots anyway.
+LEASE_COALESCE_SECONDS = 0.002
+#: Prefetch horizon, in seconds: beyond its free slots a pool leases at most as many jobs as its
+#: runner is expected to start within this time at the recent mean handler time (and at most
+#: ``prefetch``), so a pool running long jobs leases none ahead of its threads.
+PREFETCH_HORIZON = 0.05
+
+
+class Acquirer:
+    """The ``tether-acquire`` thread of a pool (see the module docstring).
+
+    Args:
+        held: the pool's held jobs (its lock is the one the loop waits on).
+        runner: where leased jobs go.
+        completions: the pool's batcher (the loop waits while a refilling flush is pending).
+        repository, dispatcher, clock: the ports.
+        queues, worker_id, lease_timeout, max_wait: as for ``Dispatcher.acquire`` (seconds).
+        prefetch: most jobs leased ahead of the free slots (0-1024).
+        ratelog: the pool's rate-limited log.
+        release_unstarted: hands back a job leased while shutdown began; never raises.
+    """
+
+    def __init__(
+        self,
+        *,
+        held: HeldJobs,
+        runner: Runner,
+        completions: CompletionBatcher,
+        repository: JobRepository,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        lease_timeout: float,
+        max_wait: float,
+        prefetch: int,
+        ratelog: RateLimitedLog,
+        release_unstarted: Callable[[Job], None],
+    ) -> None:
+        self._held = held
+        self._lock = held.lock
+        self._runner = runner
+        self._completions = completions
+        self._repository = repository
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._queues = queues
+        self._worker_id = worker_id
+        self._lease_timeout = lease_timeout
+        self._max_wait = max_wait
+        self._prefetch = prefetch
+        self._ratelog = ratelog
+        self._release_unstarted = release_unstarted
+        self._reserved = 0  # jobs a lease query on the wire may return (this loop or a refilling flush)
+        self._lease_batch = max(1, runner.slots // 2)  # free slots worth a lease query at once
+        self._thread = threading.Thread(target=self._run, name="tether-acquire", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (a daemon)."""
+        self._thread.start()
+
+    def interrupt(self) -> None:
+        """Once the pool is stopping: end a wait for room, and the dispatcher's wait for work."""
+        with self._lock:
+            self._lock.notify_all()
+        self._dispatcher.wake()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the thread to end (after :meth:`interrupt`)."""
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def free(self, completing: int = 0) -> int:
+        """Jobs a lease query may ask for now (under the pool's lock): free slots plus the
+        prefetch room, less what lease queries on the wire reserved; and the held jobs stay
+        below twice the slots plus the prefetch room.  ``completing``: jobs whose completion the
+        asking flush writes, no longer held once it returned."""
+        ahead = self._prefetch_room()
+        runner = self._runner
+        return min(
+            runner.free_slots() + ahead, 2 * runner.slots + ahead - (self._held.in_flight - completing)
+        ) - self._reserved
+
+    def wake(self) -> None:
+        """Under the pool's lock, after a job left a slot or the book: notify the loop only when
+        it may act (first free slot, half free, pool empty) or shutdown waits."""
+        free = self.free()
+        if free == 1 or free == self._lease_batch or self._held.in_flight == 0 or self._held.stopping.is_set():
+            self._lock.notify_all()
+
+    def refill(self, handlers_busy: Callable[[], bool]) -> Refill | None:
+        """How the completion flush leases for this pool, or None when the dispatcher does not
+        lease straight from the repository.  ``handlers_busy``: the runner's ``busy``."""
+        leases_from = getattr(self._dispatcher, "leases_from", None)  # a third-party dispatcher may lack it
+        if leases_from is None or not leases_from(self._repository):
+            return None
+        return Refill(
+            queues=self._queues, worker_id=self._worker_id, lease_timeout=self._lease_timeout,
+            reserve=self._reserve_refill, deliver=self._deliver_refill, idle=self._refill_idle,
+            handlers_busy=handlers_busy,
+        )
+
+    def _run(self) -> None:
+        stopping = self._held.stopping
+        backoff = 0.0
+        while not stopping.is_set():
+            with self._lock:
+                # While a completion flush is pending or on the wire it leases for the free
+                # slots itself (``complete_and_lease``): one round trip for both.
+                while (self.free() <= 0 or self._completions.refilling) and not stopping.is_set():
+                    self._lock.wait(0.5)
+                # Lease in batches: once a slot is free, wait up to LEASE_COALESCE_SECONDS for
+                # half of them to be, so slots freed together by one completion flush are
+                # refilled by one lease query instead of one query each.
+                window_ends = time.monotonic() + LEASE_COALESCE_SECONDS
+                while self.free() < self._lease_batch and not stopping.is_set():
+                    remaining = window_ends - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._lock.wait(remaining)
+                free = self.free()
+                if free <= 0 or stopping.is_set():
+                    continue
+                self._reserved += free
+            jobs: list[Job] = []
+            try:
+                jobs = self._dispatcher.acquire(
+                    queues=self._queues,
+                    worker_id=self._worker_id,
+                    limit=free,
+                    lease_timeout=self._lease_timeout,
+                    max_wait=self._max_wait,
+                )
+                backoff = 0.0
+            except Exception as exc:  # noqa: BLE001 - the loop must survive any storage trouble
+                self._hand_out([], free)
+                backoff = min(max(backoff * 2, ACQUIRE_BACKOFF[0]), ACQUIRE_BACKOFF[1])
+                self._ratelog(
+                    "acquire", logging.WARNING if isinstance(exc, StorageUnavailable) else logging.ERROR,
+                    "worker %s: lease query failed (%s); retrying in %.2f s", self._worker_id, describe_failure(exc, 500),
+                    backoff, exc_info=not isinstance(exc, StorageUnavailable),
+                )
+                stopping.wait(backoff * (0.5 + random.random() / 2))
+                continue
+            self._hand_out(jobs, free)
+            if jobs:
+                time.sleep(0)  # let a woken handler thread take the GIL now, before this loop's next query
+
+    def _hand_out(self, jobs: list[Job], reserved: int) -> None:
+        """Hold ``jobs`` (leased under a reservation of ``reserved``) and submit them to the
+        runner; the reservation ends.  Jobs leased while shutdown began are released at once,
+        unstarted."""
+        entries: list[HeldJob] = []
+        late: list[Job] = []
+        for job in jobs:
+            ctx = JobContext(
+                job, repository=self._repository, clock=self._clock, lease_timeout=self._lease_timeout,
+                worker_id=self._worker_id,
+            )
+            entries.append(HeldJob(job, ctx))
+        with self._lock:
+            self._reserved -= reserved
+            if self._held.stopping.is_set():
+                late = [e.job for e in entries]
+                entries = []
+            self._held.add(entries)
+            self._runner.submit(entries)
+            self.wake()
+        for job in late:
+            self._release_unstarted(job)
+
+    def _prefetch_room(self) -> int:
+        """Jobs to lease ahead of the free slots now (under the pool's lock)."""
+        seconds = self._runner.handler_seconds
+        if not self._prefetch or seconds is None:
+            return 0
+        if seconds <= 0:
+            return self._prefetch
+        return min(self._prefetch, int(self._runner.slots * PREFETCH_HORIZON / seconds))
+
+    def _reserve_refill(self, completing: int) -> int:
+        """For a completion flush of ``completing`` jobs: how many to lease with it (reserved)."""
+        with self._lock:
+            if self._held.stopping.is_set():
+                return 0
+            free = self.free(completing)
+            if free <= 0:
+                return 0
+            self._reserved += free
+            return free
+
+    def _deliver_refill(self, jobs: list[Job], reserved: int) -> None:
+        try:
+            self._hand_out(jobs, reserved)
+        except BaseException:  # never break the flusher; the reaper takes them back
+            logger.exception("worker %s: could not hand out %d job(s) leased with completions", self._worker_id, len(jobs))
+        if jobs:
+            told = getattr(self._dispatcher, "leased_directly", None)  # a third-party dispatcher may lack it
+            if told is not None:
+                try:
+                    told(jobs)
+                except Exception:  # noqa: BLE001 - a broker's bookkeeping never breaks the flusher
+                    self._ratelog("note-leases", logging.WARNING, "worker %s: the dispatcher failed to note %d lease(s)",
+                                  self._worker_id, len(jobs), exc_info=True)
+
+    def _refill_idle(self) -> None:
+        with self._lock:
+            self._lock.notify_all()
+
+
+__all__ = ["ACQUIRE_BACKOFF", "LEASE_COALESCE_SECONDS", "PREFETCH_HORIZON", "Acquirer"]

@@ -1,0 +1,294 @@
+"""The worker pool: :class:`WorkerPool` builds its parts, starts them, and stops them in order.
+
+The parts and how a job passes between them are described in :mod:`tether.entrypoints.worker`.
+The pool itself holds no job: it validates its settings, wires the parts together, and runs the
+shutdown sequence (stop leasing, release what was prefetched, drain, release what is left, stop
+the threads) with the help of :class:`~tether.entrypoints.worker.shutdown.Shutdown`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from tether.adapters.log_limits import RateLimitedLog
+from tether.domain.errors import ValidationError
+from tether.domain.job import JobStatus
+from tether.domain.retry import RetryPolicy
+from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
+from tether.entrypoints.handlers import HandlerSpec
+from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
+from tether.entrypoints.worker.acquirer import Acquirer
+from tether.entrypoints.worker.completions import CompletionBatcher
+from tether.entrypoints.worker.heartbeats import Heartbeats
+from tether.entrypoints.worker.held import HeldJobs
+from tether.entrypoints.worker.outcomes import Outcomes
+from tether.entrypoints.worker.runner import ThreadRunner
+from tether.entrypoints.worker.shutdown import Shutdown
+from tether.entrypoints.worker.stats import Counts, WorkerStats
+from tether.ports.clock import Clock
+from tether.ports.dispatcher import Dispatcher
+from tether.ports.repository import JobRepository
+
+logger = logging.getLogger("tether.worker")
+
+#: How often :meth:`WorkerPool.run` checks for a stop request or idleness, in seconds.
+RUN_POLL_SECONDS = 0.1
+
+
+def default_worker_id() -> str:
+    """``"<hostname>-<pid>-<6 hex>"``: the random suffix is new at every start, so a restarted
+    worker never shares an id with its previous run (case C03; the id is still no fence)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class WorkerPool:
+    """Runs handlers for leased jobs on ``concurrency`` threads.  Build it with :meth:`Tether.worker`.
+
+    Args:
+        repository, dispatcher, clock: the ports.
+        handlers: job type -> :class:`HandlerSpec` (read at each job, so later registrations count).
+        retry_policy: backoff of failed attempts.
+        concurrency: handler threads (1-1024).
+        queues: queue names to take jobs from, or None for all queues.
+        lease_timeout: seconds a lease lasts without a heartbeat (> 0).
+        heartbeat_interval: seconds between heartbeats (> 0, < lease_timeout); default
+            ``lease_timeout / 3``.
+        reap_interval: seconds between reaper passes (> 0).
+        drain_timeout: seconds in-flight jobs get to finish at shutdown (>= 0).
+        worker_id: 1-200 printable characters; default :func:`default_worker_id`.
+        max_wait: longest single wait for work in the dispatcher, in seconds (>= 0).
+        prefetch: most jobs leased ahead of the free threads (0-1024; default ``concurrency``);
+            fewer while handlers are slow (see
+            :data:`~tether.entrypoints.worker.acquirer.PREFETCH_HORIZON`).  A prefetched job is
+            heartbeated like a running one, and released unstarted at shutdown.
+
+    Raises:
+        ValidationError: naming the bad argument.
+    """
+
+    def __init__(
+        self,
+        *,
+        repository: JobRepository,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        handlers: Mapping[str, HandlerSpec],
+        retry_policy: RetryPolicy | None = None,
+        concurrency: int = 4,
+        queues: Sequence[str] | None = None,
+        lease_timeout: float = 900.0,
+        heartbeat_interval: float | None = None,
+        reap_interval: float = 30.0,
+        drain_timeout: float = 30.0,
+        worker_id: str | None = None,
+        max_wait: float = 1.0,
+        prefetch: int | None = None,
+    ) -> None:
+        self.repository = repository
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.handlers = handlers
+        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
+        self.concurrency = validate_int(concurrency, "concurrency", 1, 1024)
+        if queues is not None:
+            if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
+                raise ValidationError("queues", f"must be a non-empty list of queue names or None, got {queues!r}")
+            queues = list(dict.fromkeys(validate_queue(q, f"queues[{i}]") for i, q in enumerate(queues)))
+        self.queues: list[str] | None = queues
+        self.lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        if heartbeat_interval is None:
+            heartbeat_interval = self.lease_timeout / 3
+        self.heartbeat_interval = validate_seconds(heartbeat_interval, "heartbeat_interval", allow_zero=False)
+        if self.heartbeat_interval >= self.lease_timeout:
+            raise ValidationError(
+                "heartbeat_interval", f"must be shorter than lease_timeout ({self.lease_timeout} s), got {self.heartbeat_interval}"
+            )
+        self.reap_interval = validate_seconds(reap_interval, "reap_interval", allow_zero=False)
+        self.drain_timeout = validate_seconds(drain_timeout, "drain_timeout")
+        self.max_wait = validate_seconds(max_wait, "max_wait")
+        self.worker_id = validate_worker_id(worker_id) if worker_id is not None else default_worker_id()
+        self.prefetch = self.concurrency if prefetch is None else validate_int(prefetch, "prefetch", 0, 1024)
+
+        self._started = False
+        self._stopped = False
+        self._stop_lock = threading.Lock()
+        self._ratelog = ratelog = RateLimitedLog(logger)
+        self._held = held = HeldJobs()
+        self._counts = counts = Counts(held.lock)
+        self._completions = completions = CompletionBatcher(repository, clock, name="tether-complete")
+        outcomes = Outcomes(
+            held=held, counts=counts, completions=completions, dispatcher=dispatcher, clock=clock,
+            worker_id=self.worker_id, ratelog=ratelog,
+        )
+        self._runner = runner = ThreadRunner(
+            held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
+            clock=clock, retry_policy=self.retry_policy, concurrency=self.concurrency, worker_id=self.worker_id,
+        )
+        self._shutdown = shutdown = Shutdown(
+            held=held, counts=counts, runner=runner, repository=repository, dispatcher=dispatcher, clock=clock,
+            worker_id=self.worker_id, ratelog=ratelog,
+        )
+        self._acquirer = acquirer = Acquirer(
+            held=held, runner=runner, completions=completions, repository=repository, dispatcher=dispatcher,
+            clock=clock, queues=self.queues, worker_id=self.worker_id, lease_timeout=self.lease_timeout,
+            max_wait=self.max_wait, prefetch=self.prefetch, ratelog=ratelog,
+            release_unstarted=shutdown.release_unstarted,
+        )
+        # The acquirer waits for room: it is told whenever a job leaves a slot or the book, and,
+        # with a dispatcher that leases from the repository, each completion flush leases for it.
+        held.wake = acquirer.wake
+        refill = acquirer.refill(handlers_busy=runner.busy)
+        if refill is not None:
+            completions.refill_with(refill)
+        self._heartbeats = Heartbeats(
+            held=held, counts=counts, repository=repository, clock=clock, interval=self.heartbeat_interval,
+            lease_timeout=self.lease_timeout, worker_id=self.worker_id, ratelog=ratelog,
+        )
+        self._maintenance = MaintenanceLoop(
+            Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
+        )
+
+    # -- public ------------------------------------------------------------------------------
+    @property
+    def stats(self) -> WorkerStats:
+        """A snapshot of the counts so far (see :class:`WorkerStats`)."""
+        return self._counts.snapshot(reaped=self._maintenance.reaped)
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs leased by this pool and not finished yet."""
+        with self._held.lock:
+            return self._held.in_flight
+
+    @property
+    def stopping(self) -> bool:
+        """True once shutdown began (no more leases)."""
+        return self._held.stopping.is_set()
+
+    def start(self) -> None:
+        """Start the threads and return at once.
+
+        Raises:
+            RuntimeError: the pool was started before (a pool runs once).
+        """
+        with self._stop_lock:
+            if self._started:
+                raise RuntimeError("this WorkerPool was already started; build a new one with app.worker()")
+            self._started = True
+        logger.info(
+            "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s",
+            self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
+            self.heartbeat_interval, self.reap_interval,
+        )
+        self._completions.start()
+        self._runner.start()
+        self._heartbeats.start()
+        self._acquirer.start()
+        self._maintenance.start()
+
+    def stop(self, drain_timeout: float | None = None) -> WorkerStats:
+        """Shut down: stop leasing now, give in-flight jobs ``drain_timeout`` seconds (default: the
+        pool's), then cancel and release the rest under the fence.  Idempotent; returns the stats.
+
+        Handler threads still busy after their job was released are daemon threads: they do not
+        keep the process alive.
+
+        Raises:
+            ValidationError: ``drain_timeout`` is not a finite number of seconds >= 0.
+        """
+        drain = self.drain_timeout if drain_timeout is None else validate_seconds(drain_timeout, "drain_timeout")
+        with self._stop_lock:
+            if self._stopped or not self._started:
+                self._stopped = True
+                self._held.stopping.set()
+                return self.stats
+            self._stopped = True
+        first_signals = self._shutdown.begin()
+        self._acquirer.interrupt()  # it may be waiting for room, or in the dispatcher for work
+        logger.info("worker %s stopping: no new leases; draining %d job(s) for up to %.1f s", self.worker_id, self.in_flight, drain)
+        deadline = time.monotonic() + drain
+        self._acquirer.join(timeout=max(self.max_wait, 1.0) + 5.0)
+        self._shutdown.release_prefetched()
+        self._shutdown.drain(deadline=deadline, drain_timeout=drain, first_signals=first_signals)
+        self._runner.stop()
+        self._heartbeats.stop()
+        self._maintenance.stop()
+        # Handler threads whose job was released may still be inside a handler that ignores
+        # cancellation; they are daemon threads, so wait only briefly.
+        self._runner.join(deadline=time.monotonic() + 1.0)
+        self._heartbeats.join(5.0)
+        self._completions.close()
+        stats = self.stats
+        logger.info("worker %s stopped: %s", self.worker_id, stats)
+        return stats
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to shut down, from any thread (SIGINT/SIGTERM do the same).
+        A second request during the drain ends the drain at once."""
+        self._shutdown.request_stop()
+
+    def run(self, stop_when_idle: bool = False, install_signal_handlers: bool = True) -> WorkerStats:
+        """Start, block until asked to stop, then shut down as :meth:`stop` does.
+
+        Args:
+            stop_when_idle: also stop once no job of this pool's queues is ``queued``,
+                ``retrying`` (due or not) or ``running`` (checked with ``count_by_status``).
+            install_signal_handlers: handle SIGINT/SIGTERM as a stop request (only when called on
+                the main thread; the previous handlers are restored on return).
+
+        Returns:
+            the final :class:`WorkerStats`.
+        """
+        shutdown = self._shutdown
+        previous: dict[signal.Signals, Any] = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, shutdown.on_signal)
+        try:
+            self.start()
+            while not shutdown.stop_requested.is_set() and not shutdown.signals:
+                time.sleep(RUN_POLL_SECONDS)
+                if stop_when_idle and self._idle():
+                    logger.info("worker %s: no job left in its queues; stopping", self.worker_id)
+                    break
+            if shutdown.signals:
+                logger.info(
+                    "worker %s: stop requested by %s (a second one abandons the drain)", self.worker_id, shutdown.signal_name()
+                )
+            return self.stop()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)  # type: ignore[arg-type]
+
+    def __enter__(self) -> Self:
+        """``with app.worker(...) as pool:`` starts the pool, and stops it (with its drain) on exit."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _idle(self) -> bool:
+        if self.in_flight:  # cheap check first: counting jobs can cost a scan of the store
+            return False
+        try:
+            queues: Sequence[str | None] = self.queues if self.queues is not None else [None]
+            for name in queues:
+                counts = self.repository.count_by_status(queue=name)
+                if counts[JobStatus.QUEUED] or counts[JobStatus.RETRYING] or counts[JobStatus.RUNNING]:
+                    return False
+        except Exception:  # noqa: BLE001 - unknown means not idle
+            self._ratelog("idle", logging.WARNING, "worker %s: could not count jobs", self.worker_id, exc_info=True)
+            return False
+        return self.in_flight == 0
+
+
+__all__ = ["RUN_POLL_SECONDS", "WorkerPool", "default_worker_id"]
