@@ -1,6 +1,6 @@
 """End to end: ``tether demo`` as a subprocess (the installed console script) on a small real tree.
 
-The demo's failure plan is documented in tether.entrypoints.demo_tasks; this test recomputes it
+The demo's failure plan is documented in tether.entrypoints.demo.tasks; this test recomputes it
 independently from that documented rule, builds a tree holding files of every kind, and checks
 the exact outcome: exit code, counts, dead letters, stored results and a second run adding nothing.
 """

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from tether.entrypoints import demo
 from tether.entrypoints.demo import DemoOptions, run_demo
+from tether.entrypoints.demo import run as run_module
+from tether.entrypoints.demo import tasks as tasks_module
 from tether.entrypoints.demo_tasks import failure_plan
 
 
@@ -27,14 +28,14 @@ def make_tree(root: Path, count: int) -> list[str]:
 def test_an_unplanned_failure_fails_the_demo_and_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rels = make_tree(tmp_path / "tree", 12)
     victim = next(rel for rel in rels if not failure_plan(rel).permanent and failure_plan(rel).transient_failures == 0)
-    real_stats = demo.file_stats
+    real_stats = tasks_module.file_stats
 
     def broken_stats(path: str | Path) -> dict[str, Any]:
         if str(path).endswith(victim):
             raise OSError(5, "Input/output error")
         return real_stats(path)
 
-    monkeypatch.setattr(demo, "file_stats", broken_stats)
+    monkeypatch.setattr(tasks_module, "file_stats", broken_stats)
     options = DemoOptions.create(path=str(tmp_path / "tree"), database_url="memory://", out=str(tmp_path / "out"), workers=2)
     console = Console(file=open(tmp_path / "console.txt", "w"), width=200)  # noqa: SIM115 - closed below
     ok = run_demo(options, console=console)
@@ -63,7 +64,7 @@ def test_an_interrupted_run_reports_the_jobs_left_as_the_table_counts_them(tmp_p
     the 'not finished' line give the same number, with the thousands separator, and the summary's
     problems are one per job of the tree."""
     make_tree(tmp_path / "tree", 1_001)
-    monkeypatch.setattr(demo, "_run_with_progress", lambda app, pool, pending, console: True)
+    monkeypatch.setattr(run_module, "_run_with_progress", lambda app, pool, pending, console: True)
     options = DemoOptions.create(path=str(tmp_path / "tree"), database_url="memory://", out=str(tmp_path / "out"))
     with open(tmp_path / "console.txt", "w") as handle:
         assert run_demo(options, console=Console(file=handle, width=200)) is False

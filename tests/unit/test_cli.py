@@ -159,7 +159,7 @@ def test_every_command_names_flags_in_its_errors() -> None:
     """Each command's ValidationError is reported under the flag (FlagNamingCommand); a command
     added without it would print Python field names."""
     import typer
-    from tether.entrypoints.cli_values import FlagNamingCommand
+    from tether.entrypoints.cli.values import FlagNamingCommand
 
     def leaves(command: Any) -> list[Any]:
         children = getattr(command, "commands", None)

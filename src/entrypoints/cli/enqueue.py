@@ -1,0 +1,127 @@
+"""``tether enqueue``: put one job in a queue, and the parsers of its ``--payload`` and ``--run-at``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from tether.domain.errors import ValidationError
+from tether.domain.validation import prepare_job
+from tether.entrypoints.cli.options import (
+    AsJson,
+    DatabaseUrl,
+    RedisClusterSwitch,
+    RedisPrefix,
+    RedisUrl,
+    Schema,
+    load_settings,
+    open_app,
+)
+from tether.entrypoints.cli.output import job_to_dict, print_json, short_time, stdout
+from tether.entrypoints.cli.values import FlagNamingCommand, integer, seconds
+
+
+def parse_payload(text: str) -> Any:
+    """The ``--payload`` text as JSON.  Raises ValidationError(``payload``) if it does not parse."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError("payload", f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def parse_run_at(text: str | None) -> datetime | None:
+    """``--run-at`` as an aware datetime (ISO 8601 with an offset or ``Z``).
+
+    Raises ValidationError(``run_at``): unparsable, or without a UTC offset.
+    """
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValidationError("run_at", f"{text!r} is not an ISO 8601 date-time such as 2026-05-01T09:30:00Z") from None
+    if value.tzinfo is None:
+        raise ValidationError("run_at", f"{text!r} has no UTC offset; add one, e.g. {text}Z or {text}+02:00")
+    return value
+
+
+def enqueue(
+    job_type: Annotated[str, typer.Argument(metavar="JOB_TYPE", help="The job type (the handler's name), e.g. emails.send.")],
+    payload: Annotated[str, typer.Option("--payload", "-p", help="The payload as JSON.")] = "{}",
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Queue name. [default: default]")] = None,
+    priority: Annotated[int, typer.Option("--priority", parser=integer(), metavar="N", help="Higher runs first.")] = 0,
+    delay: Annotated[
+        float | None,
+        typer.Option("--delay", parser=seconds(), metavar="SECONDS", help="Run no sooner than this many seconds from now."),
+    ] = None,
+    run_at: Annotated[
+        str | None,
+        typer.Option("--run-at", help="Run no sooner than this ISO 8601 time with offset, e.g. 2026-05-01T09:30:00Z."),
+    ] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option("--max-attempts", parser=integer(), metavar="N", help="Leases allowed in all (1-10,000). [default: 3]"),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
+    """Enqueue one job."""
+    settings = load_settings(
+        database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
+    )
+    value = parse_payload(payload)
+    when = parse_run_at(run_at)
+    if when is not None and delay is not None:
+        raise ValidationError("run_at", "give --run-at or --delay, not both")
+    # Check every field before the store is opened, so bad input leaves no file behind.
+    from tether.domain.timeutil import UTC
+
+    prepare_job(
+        job_type,
+        value,
+        now=datetime.now(UTC),
+        queue=queue if queue is not None else "default",
+        priority=priority,
+        run_at=when,
+        delay=delay,
+        max_attempts=max_attempts if max_attempts is not None else 1,
+        idempotency_key=idempotency_key,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+    with open_app(settings, create=True) as tether_app:
+        result = tether_app.enqueue(
+            job_type,
+            value,
+            queue=queue,
+            priority=priority,
+            run_at=when,
+            delay=delay,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+        )
+    job = result.job
+    if as_json:
+        print_json({"created": result.created, "job": job_to_dict(job)})
+    elif result.created:
+        stdout().print(f"enqueued job {job.id} ({job.job_type} on queue {job.queue}, due {short_time(job.scheduled_at)} UTC)")
+    else:
+        stdout().print(
+            f"job {job.id} already holds idempotency key {job.idempotency_key!r} ({job.status.value}); nothing enqueued"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tether enqueue`` to ``app``."""
+    app.command(cls=FlagNamingCommand)(enqueue)
+
+
+__all__ = ["enqueue", "parse_payload", "parse_run_at", "register"]

@@ -1,0 +1,127 @@
+"""``tether jobs list`` and ``tether jobs show``: look at stored jobs, as a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+from tether.domain.job import JobStatus
+from tether.entrypoints.cli.options import (
+    AsJson,
+    DatabaseUrl,
+    RedisClusterSwitch,
+    RedisPrefix,
+    RedisUrl,
+    Schema,
+    load_settings,
+    open_app,
+)
+from tether.entrypoints.cli.output import job_to_dict, print_json, stdout
+from tether.entrypoints.cli.values import FlagNamingCommand, choice, integer
+
+jobs_app = typer.Typer(help="Look at jobs.", no_args_is_help=True, rich_markup_mode=None)
+
+
+@jobs_app.command("list", cls=FlagNamingCommand)
+def jobs_list(
+    status: Annotated[
+        JobStatus | None,
+        typer.Option(
+            "--status", "-s", parser=choice(JobStatus), metavar="STATUS",
+            help="Only jobs in this status: " + ", ".join(s.value for s in JobStatus) + ".",
+        ),
+    ] = None,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only jobs in this queue.")] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", parser=integer(1, 10_000), metavar="N", help="At most this many jobs (1-10,000).")
+    ] = 50,
+    offset: Annotated[int, typer.Option("--offset", parser=integer(0), metavar="N", help="Skip this many jobs first.")] = 0,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
+    """List jobs by ascending id, with counts by status."""
+    from tether.domain.validation import validate_queue
+
+    settings = load_settings(
+        database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
+    )
+    if queue is not None:
+        validate_queue(queue)
+    with open_app(settings) as tether_app:
+        jobs = tether_app.list(status=status, queue=queue, limit=limit, offset=offset)
+        counts = tether_app.counts(queue=queue)
+    if as_json:
+        print_json({"counts": {s.value: counts.get(s, 0) for s in JobStatus}, "jobs": [job_to_dict(j) for j in jobs]})
+        return
+    table = Table(
+        title=f"{len(jobs)} job(s)" + (f" in queue {queue}" if queue else ""),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    widest_type = max((len(job.job_type) for job in jobs), default=4)
+    table.add_column("id", justify="right", no_wrap=True, min_width=max([2, *(len(str(job.id)) for job in jobs)]))
+    table.add_column("type", no_wrap=True, min_width=min(widest_type, 20))
+    table.add_column("queue", no_wrap=True)
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("tries", no_wrap=True, min_width=5)
+    table.add_column("due (UTC)", no_wrap=True)
+    table.add_column("last error", no_wrap=True, overflow="ellipsis", max_width=30)
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            job.job_type,
+            job.queue,
+            job.status.value,
+            f"{job.attempts}/{job.max_attempts}",
+            job.scheduled_at.strftime("%m-%d %H:%M:%S"),
+            job.last_error or "",
+        )
+    stdout().print(table)
+    stdout().print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
+
+
+@jobs_app.command("show", cls=FlagNamingCommand)
+def jobs_show(
+    job_id: Annotated[int, typer.Argument(parser=integer(), metavar="ID", help="The job's id.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show one job in full."""
+    settings = load_settings(
+        database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
+    )
+    with open_app(settings) as tether_app:
+        job = tether_app.get(job_id)
+    data = job_to_dict(job)
+    if as_json:
+        print_json(data)
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in data.items():
+        if key != "payload":
+            table.add_row(key, "" if value is None else str(value))
+    table.add_row("payload", json.dumps(data["payload"], indent=2, ensure_ascii=False))
+    stdout().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``tether jobs`` group to ``app``."""
+    app.add_typer(jobs_app, name="jobs")
+
+
+__all__ = ["jobs_app", "jobs_list", "jobs_show", "register"]

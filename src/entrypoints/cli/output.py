@@ -1,0 +1,62 @@
+"""What the ``tether`` commands print: the stdout console, JSON, times, and a job as JSON-ready data."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from tether.domain.job import Job
+
+#: Line width when stdout is a pipe or file and COLUMNS is unset: wide enough that no column of
+#: ``jobs list`` is cut (Rich would assume 80), so ``| grep`` and ``> file`` see whole values.
+PIPE_WIDTH = 400
+
+
+def stdout() -> Console:
+    """A console on the current stdout (made per call, so CliRunner's capture and COLUMNS apply)."""
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = PIPE_WIDTH
+    return console
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as indented JSON (non-ASCII characters as they are)."""
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def iso(value: datetime | None) -> str | None:
+    """``value`` in ISO 8601 (with its offset), or None."""
+    return value.isoformat() if value is not None else None
+
+
+def short_time(value: datetime | None) -> str:
+    """``value`` as ``YYYY-MM-DD HH:MM:SS`` (no offset; callers say "UTC"), or ``""``."""
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """A JSON-ready view of ``job`` (payload decoded, times ISO 8601 UTC, status as text)."""
+    return {
+        "id": job.id,
+        "job_type": job.job_type,
+        "queue": job.queue,
+        "status": job.status.value,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "scheduled_at": iso(job.scheduled_at),
+        "created_at": iso(job.created_at),
+        "finished_at": iso(job.finished_at),
+        "idempotency_key": job.idempotency_key,
+        "leased_by": job.leased_by,
+        "lease_expires_at": iso(job.lease_expires_at),
+        "last_error": job.last_error,
+        "payload": job.payload,
+    }
+
+
+__all__ = ["PIPE_WIDTH", "iso", "job_to_dict", "print_json", "short_time", "stdout"]

@@ -1,0 +1,237 @@
+"""``tether worker``: load the user's app (``--app module:attribute``) and run its worker pool until a signal."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from tether.domain.errors import ServiceUnavailable, TetherError, ValidationError
+from tether.domain.wording import with_article
+from tether.entrypoints.cli.options import SECONDS, load_settings, setting_option
+from tether.entrypoints.cli.values import FlagNamingCommand, integer, option_label
+
+if TYPE_CHECKING:
+    from tether.entrypoints.service import Tether
+
+
+def load_app(spec: str) -> Tether:
+    """Import ``module:attribute`` (attribute defaults to ``app``) and return the Tether it names.
+
+    The attribute may be a :class:`Tether` or a function returning one.  The current directory is
+    put on ``sys.path`` first, as ``python -m`` would.  Whatever the module raises while it is
+    imported (a SyntaxError in it, its own ``RuntimeError("config missing")``, a bad
+    ``tether.connect`` URL) becomes one line; the traceback is logged at DEBUG on ``tether.cli``.
+
+    Raises:
+        ValidationError (field ``app``): the module or one of its imports is missing, the module
+            raised while it was imported, the attribute is missing, calling it failed, or it is not
+            a Tether (the CLI reports it under ``--app``, or ``TETHER_APP``).
+        ServiceUnavailable: importing the module or calling the attribute found the app's store (or its required Redis)
+            unreachable (``loading 'myproject.jobs:app' failed: ...``).
+    """
+    from tether.entrypoints.service import Tether
+
+    module_name, _, attribute = spec.partition(":")
+    attribute = attribute or "app"
+    if not module_name:
+        raise ValidationError("app", f"{spec!r} is not module:attribute, e.g. myproject.jobs:app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValidationError("app", f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises is a bad --app
+        raise _load_failure(f"importing {module_name!r}", f"loading {spec!r}", exc) from None
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValidationError("app", f"{module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not isinstance(target, Tether) and callable(target) and not isinstance(target, type):
+        try:
+            target = target()
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's factory is a bad --app
+            raise _load_failure(f"calling {spec}()", f"calling {spec}()", exc) from None
+    if not isinstance(target, Tether):
+        raise ValidationError("app", f"{spec} is {with_article(type(target).__name__)}, not a tether.Tether")
+    return target
+
+
+def _load_failure(step: str, tether_step: str, exc: Exception) -> TetherError:
+    """The one-line error for ``exc``, raised by the user's code at ``step`` of :func:`load_app`.
+
+    A Tether error (``tether.connect`` refusing its URL) already says what was wrong, and is
+    reported as ``<tether_step> failed: database_url: ...``; the store being unreachable stays a
+    ServiceUnavailable (exit 1); anything else is ``<step> failed: RuntimeError: config missing``.
+    The traceback goes to the ``tether.cli`` logger at DEBUG (``--log-level DEBUG``).
+    """
+    logging.getLogger("tether.cli").debug("%s failed", step, exc_info=(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, ServiceUnavailable):  # the store or a required Redis is down: exit 1
+        return ServiceUnavailable(f"{tether_step} failed: {exc}")
+    if isinstance(exc, TetherError):
+        return ValidationError("app", f"{tether_step} failed: {exc}")
+    return ValidationError("app", f"{step} failed: {type(exc).__name__}: {exc}")
+
+
+def worker(
+    ctx: typer.Context,
+    app_spec: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            "-A",
+            envvar="TETHER_APP",
+            help="module:attribute of your Tether app (its handlers are what the worker runs), e.g. myproject.jobs:app.",
+        ),
+    ],
+    concurrency: Annotated[
+        int | None, setting_option("concurrency", "Worker threads. [default: 4]", "-c", parser=integer(), metavar="N")
+    ] = None,
+    prefetch: Annotated[
+        int | None,
+        setting_option(
+            "prefetch", "Most jobs leased ahead of the free threads, while jobs are short. [default: concurrency]",
+            parser=integer(), metavar="N",
+        ),
+    ] = None,
+    queues: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            help="Lease only from this queue (repeat for more). [env TETHER_QUEUES, comma-separated; default: all]",
+        ),
+    ] = None,
+    lease_timeout: Annotated[
+        float | None,
+        setting_option("lease_timeout", "Seconds a lease lasts without a heartbeat. [default: 900]", **SECONDS),
+    ] = None,
+    heartbeat_interval: Annotated[
+        float | None,
+        setting_option("heartbeat_interval", "Seconds between lease heartbeats. [default: lease timeout / 3]", **SECONDS),
+    ] = None,
+    reap_interval: Annotated[
+        float | None, setting_option("reap_interval", "Seconds between reaper passes. [default: 30]", **SECONDS)
+    ] = None,
+    drain_timeout: Annotated[
+        float | None,
+        setting_option(
+            "drain_timeout", "On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]",
+            **SECONDS,
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None, setting_option("log_level", "DEBUG, INFO, WARNING or ERROR. [default: INFO]")
+    ] = None,
+    worker_id: Annotated[
+        str | None, typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit once no job is queued, retrying or running in the worker's queues.")
+    ] = False,
+) -> None:
+    """Run a worker pool for your app's handlers until SIGINT/SIGTERM.
+
+    The app is your own module's Tether object, on which the handlers are registered; it also
+    decides where jobs live (e.g. tether.connect(os.environ["TETHER_DATABASE_URL"])).
+    """
+    settings = load_settings(
+        concurrency=concurrency,
+        prefetch=prefetch,
+        queues=tuple(queues) if queues else None,
+        lease_timeout=lease_timeout,
+        heartbeat_interval=heartbeat_interval,
+        reap_interval=reap_interval,
+        drain_timeout=drain_timeout,
+        log_level=log_level,
+    )
+    _configure_logging(settings.log_level)
+    try:
+        tether_app = load_app(app_spec)
+    except ServiceUnavailable as exc:  # exit 1 as ever, but say that loading the app met it
+        raise ServiceUnavailable(f"{_label_of(ctx, 'app_spec')}: {exc}") from None
+    try:
+        pool = tether_app.worker(
+            concurrency=settings.concurrency,
+            prefetch=settings.prefetch,
+            queues=list(settings.queues) if settings.queues else None,
+            lease_timeout=settings.lease_timeout,
+            heartbeat_interval=settings.heartbeat_interval,
+            reap_interval=settings.reap_interval,
+            drain_timeout=settings.drain_timeout,
+            worker_id=worker_id,
+        )
+        logging.getLogger("tether.cli").info(
+            "worker %s: %d thread(s), queues %s; store %r, dispatch %r (both chosen by the app %s)",
+            pool.worker_id,
+            settings.concurrency,
+            ", ".join(settings.queues or ["(all)"]),
+            tether_app.repository,
+            tether_app.dispatcher,
+            app_spec,
+        )
+        pool.run(stop_when_idle=until_idle)
+        # The pool has stopped (gracefully); a second SIGINT/SIGTERM now, while the connections
+        # close, would kill the process and turn a clean stop into a death by signal.
+        with _signals_noted_while("closing connections"):
+            tether_app.close()
+    finally:
+        tether_app.close()  # idempotent; closes on the error paths
+
+
+@contextmanager
+def _signals_noted_while(doing: str) -> Iterator[None]:
+    """SIGINT and SIGTERM only logged during the block (main thread only; handlers restored after)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        logging.getLogger("tether.cli").info("%s received while %s after a clean stop; finishing", signal.Signals(signum).name, doing)
+
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _label_of(ctx: typer.Context, parameter: str) -> str:
+    """How errors name ``parameter`` of the command of ``ctx``: its flag, or its variable when the
+    value came from the environment (``--app`` or ``TETHER_APP``)."""
+    param = next(p for p in ctx.command.params if p.name == parameter)
+    return option_label(param, ctx)
+
+
+def _configure_logging(level: str) -> None:
+    """Worker logs on stderr: rich on a terminal, one plain line per record otherwise."""
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tether worker`` to ``app``."""
+    app.command(cls=FlagNamingCommand)(worker)
+
+
+__all__ = ["load_app", "register", "worker"]
