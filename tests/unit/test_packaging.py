@@ -30,6 +30,28 @@ def test_every_src_package_is_listed_and_nothing_else() -> None:
     assert listed == found, f"missing from pyproject: {sorted(found - listed)}; listed but absent: {sorted(listed - found)}"
 
 
+def _imported_top_level_modules(folder: Path) -> set[str]:
+    found = set()
+    for path in folder.rglob("*.py"):
+        for match in re.finditer(r"^\s*(?:import|from)\s+([A-Za-z_][A-Za-z0-9_]*)", path.read_text(encoding="utf-8"), re.MULTILINE):
+            found.add(match.group(1))
+    return found
+
+
+def test_every_runtime_dependency_is_imported_by_tether() -> None:
+    """A dependency nothing in src/ imports only costs every install (psycopg-pool was one)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    imported = _imported_top_level_modules(ROOT / "src")
+    unused = []
+    for requirement in config["project"]["dependencies"]:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        assert name, requirement
+        module = name.group(0).lower().replace("-", "_")  # every dependency's import name is its project name so
+        if module not in imported:
+            unused.append(requirement)
+    assert unused == [], f"listed in [project] dependencies but imported nowhere in src/: {unused}"
+
+
 def test_package_dir_maps_src_to_tether() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert config["tool"]["setuptools"]["package-dir"] == {"tether": "src"}

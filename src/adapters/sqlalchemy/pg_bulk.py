@@ -8,7 +8,7 @@ Two statement shapes, chosen per batch by :func:`shared_fields`:
   without a key conflicts with nothing) and the new ids come back as one sorted ``bigint[]``
   (``array_agg`` over the ``RETURNING`` rows), not one result row per job.  Compared with the
   general shape this halves the JSON the server parses and the client builds, and the rows
-  sent back (measured in bench/pg_drain.py; README "Benchmarks").
+  sent back (measured in bench/pg_drain.py; docs/benchmarks.md).
 - **general** (anything else): one ``json_to_recordset`` document of every row, with
   ``ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`` only when some
   row has a key.
