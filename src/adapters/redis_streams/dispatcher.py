@@ -89,9 +89,9 @@ the dispatcher talks straight to the master that owns it, with exactly the comma
 A redirection (``MOVED``/``ASK``/``TRYAGAIN``), ``CLUSTERDOWN``, ``READONLY`` or connection error
 sets a background thread looking for the slot's owner again; until it is found the dispatcher
 counts as down, as above (workers lease from the repository).  See
-:mod:`tether.adapters.redis_route`.
+:mod:`tether.adapters.redis_streams.cluster`.
 
-Key layout: see :mod:`tether.adapters.redis_keys`.  Requires Redis >= 6.2 (``XAUTOCLAIM``).
+Key layout: see :mod:`tether.adapters.redis_streams.keys`.  Requires Redis >= 6.2 (``XAUTOCLAIM``).
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from tether.adapters.log_limits import RateLimitedLog
-from tether.adapters.redis_keys import StreamKeys, redact_url, validate_consumer, validate_name
-from tether.adapters.redis_route import SlotRoute, check_cluster_url, needs_new_route
+from tether.adapters.redis_streams.cluster import SlotRoute, check_cluster_url, needs_new_route
+from tether.adapters.redis_streams.keys import StreamKeys, redact_url, validate_consumer, validate_name
 from tether.domain.errors import (
     ConfigurationError,
     DispatcherUnavailable,
@@ -295,8 +295,8 @@ class RedisStreamsDispatcher(Dispatcher):
         cluster: ``redis_url`` names one node (the seed) of a Redis Cluster.  The dispatcher reads
             the cluster's topology from it and talks straight to the master that owns the hash
             slot of ``{prefix}`` (all keys of the prefix live there), following that slot through
-            resharding and failover (see :mod:`tether.adapters.redis_route`).  Only ``redis://``
-            and ``rediss://`` URLs on database 0.
+            resharding and failover (see :mod:`tether.adapters.redis_streams.cluster`).  Only
+            ``redis://`` and ``rediss://`` URLs on database 0.
 
     Raises:
         ConfigurationError: the URL does not parse, the password/user is refused, the database
