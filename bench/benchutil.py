@@ -16,7 +16,7 @@ def percentile(xs: list[float], p: float) -> float:
 def delete_redis_keys(redis_url: str, prefix: str) -> None:
     """Delete every key a Tether dispatcher wrote under ``prefix`` on ``redis_url``."""
     import redis
-    from tether.adapters.redis_keys import StreamKeys
+    from tether.adapters.redis_streams.keys import StreamKeys
 
     client = redis.Redis.from_url(redis_url)
     try:

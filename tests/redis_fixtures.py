@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from tether.adapters.redis_keys import StreamKeys
+from tether.adapters.redis_streams.keys import StreamKeys
 
 from tests.conftest import RUN_ID
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from tether.adapters.redis_keys import StreamKeys
+from tether.adapters.redis_streams.keys import StreamKeys
 from tether.entrypoints.cli import app
 from typer.testing import CliRunner
 

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
-from tether.adapters.redis_keys import StreamKeys
 from tether.adapters.redis_streams import RedisStreamsDispatcher
+from tether.adapters.redis_streams.keys import StreamKeys
 from tether.domain.errors import LeaseLost
 from tether.domain.job import JobStatus
 from tether.domain.validation import prepare_job

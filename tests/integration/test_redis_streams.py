@@ -12,11 +12,11 @@ import logging
 import time
 
 import pytest
-from tether.adapters import redis_streams as redis_streams_module
 from tether.adapters.clock import FakeClock
 from tether.adapters.memory import InMemoryJobRepository
-from tether.adapters.redis_keys import StreamKeys, redact_url
 from tether.adapters.redis_streams import RedisStreamsDispatcher, check_server_version
+from tether.adapters.redis_streams import sweeper as sweeper_module
+from tether.adapters.redis_streams.keys import StreamKeys, redact_url
 from tether.domain.errors import ConfigurationError, DispatcherUnavailable, ServiceUnavailable, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
@@ -444,7 +444,7 @@ def test_a_delayed_job_whose_enqueuer_kept_no_timer_is_published_when_due_by_the
 def test_a_sweep_whose_upcoming_jobs_fill_its_limit_still_publishes_the_jobs_due_now(
     redis_client, repo, clock, make, monkeypatch
 ):
-    monkeypatch.setattr(redis_streams_module, "SWEEP_LIMIT", 3)
+    monkeypatch.setattr(sweeper_module, "SWEEP_LIMIT", 3)
     d = make(sweep_interval=30.0)
     stream = d.keys.stream("default")
     redis_client.xgroup_create(stream, d.group, id="0", mkstream=True)

@@ -4,7 +4,7 @@ Every key of one application shares a single Redis Cluster hash tag, the prefix 
 of them live in one hash slot (:attr:`StreamKeys.slot`, ``CRC16("{prefix}") mod 16384``): one
 ``XREADGROUP`` can then read all of a worker's queues, and one pipeline can touch several streams,
 on a cluster as on a single server.  With ``cluster=True`` the dispatcher talks straight to the
-master that owns that slot (:mod:`tether.adapters.redis_route`).  The price is that one
+master that owns that slot (:mod:`tether.adapters.redis_streams.cluster`).  The price is that one
 application's dispatch traffic lands on one cluster node; dispatch messages are tiny (a job id),
 so that node is rarely the bottleneck.  Applications that need to spread the load use several
 prefixes (one per application), which land on different slots.
@@ -34,6 +34,16 @@ from tether.domain.validation import validate_queue
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")
 #: Consumer names: 1-200 printable characters without whitespace.
 CONSUMER_PATTERN = re.compile(r"[!-~]{1,200}")
+
+
+def is_valid_queue(name: str) -> bool:
+    """True if ``name`` is a valid queue name (:func:`~tether.domain.validation.validate_queue`),
+    so usable in a stream key; for names read back from Redis, which anyone may have written."""
+    try:
+        validate_queue(name)
+    except ValidationError:
+        return False
+    return True
 
 
 def validate_name(value: object, field: str) -> str:
@@ -125,4 +135,12 @@ def redact_url(url: str) -> str:
         return "<unparsable URL>"
 
 
-__all__ = ["CONSUMER_PATTERN", "NAME_PATTERN", "StreamKeys", "redact_url", "validate_consumer", "validate_name"]
+__all__ = [
+    "CONSUMER_PATTERN",
+    "NAME_PATTERN",
+    "StreamKeys",
+    "is_valid_queue",
+    "redact_url",
+    "validate_consumer",
+    "validate_name",
+]

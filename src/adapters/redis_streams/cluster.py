@@ -1,6 +1,6 @@
 """Which Redis server the Redis Streams dispatcher talks to on a Redis Cluster.
 
-Every key of one application carries the hash tag ``{prefix}`` (:mod:`tether.adapters.redis_keys`),
+Every key of one application carries the hash tag ``{prefix}`` (:mod:`tether.adapters.redis_streams.keys`),
 so all of them live in one hash slot, owned by one master.  The dispatcher therefore talks to that
 master directly, with plain connections: one ``XREADGROUP`` over all of a worker's streams, its
 pipelines, and ``CLIENT UNBLOCK`` of a blocked reader's own connection id all work exactly as on a
@@ -12,9 +12,9 @@ connection blocked in a read could not be named.)
 ``NodesManager``, ``CLUSTER SLOTS`` from the seed node of the URL and then from every node it
 learned) gives the owner of the slot, which must answer ``PING`` before it is used.  When the
 dispatcher sees a redirection (``MOVED``, ``ASK``, ``TRYAGAIN``), ``CLUSTERDOWN``, ``READONLY``
-(the old master was demoted) or a connection error, it calls :meth:`SlotRoute.invalidate`; a
-background thread then reads the topology again, retrying with backoff (50 ms doubling to 1 s),
-and hands the new owner's connection pool to the dispatcher.  Until it succeeds the dispatcher
+(the old master was demoted) or a connection error, its health keeper (:mod:`.health`) calls
+:meth:`SlotRoute.invalidate`; a background thread then reads the topology again, retrying with
+backoff (50 ms doubling to 1 s), and hands the new owner's connection pool back to it.  Until it succeeds the dispatcher
 counts as down: workers lease straight from the repository and publishing is skipped, exactly as
 when a standalone Redis is unreachable.
 """
@@ -73,7 +73,7 @@ class SlotRoute:
         url: the seed node's URL (``redis://[[user]:password@]host:port[/0]`` or ``rediss://``);
             its credentials and TLS options are used for every node.
         shown: ``url`` with the password hidden, for messages.
-        slot: the hash slot of the application's keys (:attr:`~tether.adapters.redis_keys.StreamKeys.slot`).
+        slot: the hash slot of the application's keys (:attr:`~tether.adapters.redis_streams.keys.StreamKeys.slot`).
         pool_options: keyword arguments of every node's :class:`redis.ConnectionPool` (timeouts,
             ``decode_responses``, ``retry``).
         on_route: called from the background thread with a fresh pool to the new owner.
