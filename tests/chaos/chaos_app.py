@@ -7,8 +7,8 @@ Environment (all set by tests/chaos/test_chaos.py):
 - ``TETHER_CHAOS_REDIS_URL``: the private ``redis-server`` of the run;
 - ``TETHER_CHAOS_APP_NAME``: the ``application_name`` of every connection of the app's engine,
   so the test can terminate these backends (and only these) on the shared server;
-- ``TETHER_CHAOS_PARENT``: the test process's pid: a worker whose parent is gone exits at once,
-  so a test killed outright leaves no worker behind.
+- ``TETHER_CHAOS_PARENT``: the test process's pid: a worker whose parent is gone dies at once
+  (even a stopped one), so a test killed outright leaves no worker behind.
 
 The one handler, ``chaos.work``, sleeps a few milliseconds, then records its execution (job id,
 lease token, attempt, pid) in ``chaos_executions`` on a connection of its own, committed before
@@ -19,8 +19,10 @@ it returns, and then ends as the payload's ``kind`` says: ``ok`` returns, ``perm
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
+import signal
 import threading
 import time
 import uuid
@@ -112,10 +114,22 @@ def work(payload: dict[str, Any], ctx: tether.JobContext) -> None:
         raise RuntimeError(f"designed failure of job {payload['n']}, attempt {ctx.attempt}")
 
 
-def _exit_when_orphaned() -> None:
-    while os.getppid() == PARENT:
-        time.sleep(1.0)
-    os._exit(3)
+def _die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this process when its parent dies (even while it is stopped by
+    the test's SIGSTOP); elsewhere, and should the parent be gone already, a thread exits as soon
+    as the parent changes."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (AttributeError, OSError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == PARENT:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="chaos-orphan-watch", daemon=True).start()
 
 
-threading.Thread(target=_exit_when_orphaned, name="chaos-orphan-watch", daemon=True).start()
+PR_SET_PDEATHSIG = 1
+_die_with_parent()
