@@ -32,6 +32,12 @@ STARTED = " starting: "
 REFUSED = re.compile(r"refused( for job \d+)?: lease lost")
 
 
+def worker_id(index: int) -> str:
+    """The ``--worker-id`` of the fleet's worker ``index`` (unique within a run, so the jobs it
+    holds can be told from the table's ``leased_by``)."""
+    return f"chaos-w{index}"
+
+
 def tether_command() -> list[str]:
     """The ``tether`` console script of this interpreter's environment (or ``python -m`` its module)."""
     script = Path(sys.executable).parent / "tether"
@@ -102,7 +108,7 @@ class WorkerFleet:
         log = self.logs / f"worker-{index}.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [*tether_command(), "worker", "--app", APP_SPEC, *self.options],
+                [*tether_command(), "worker", "--app", APP_SPEC, "--worker-id", worker_id(index), *self.options],
                 cwd=self.logs,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
@@ -131,14 +137,20 @@ class WorkerFleet:
         self._spawn()
         return victim.index, victim.proc.pid
 
-    def pause_random(self) -> Worker:
+    def pause_random(self, leases_of: Callable[[str], int]) -> tuple[Worker, int] | None:
         """SIGSTOP a random worker whose pool started: a process frozen mid-work, as by a long
-        GC or a VM pause; its leases expire while its threads hold jobs.  Returns it."""
+        GC or a VM pause; its leases expire while its threads hold jobs.  ``leases_of(worker id)``
+        says how many running jobs a worker holds: one that holds none once stopped (it was idle)
+        is resumed at once and None returned; else the worker and its leases."""
         worker = self.rng.choice(self._running())
         worker.proc.send_signal(signal.SIGSTOP)
         worker.paused = True
+        held = leases_of(worker_id(worker.index))
+        if not held:
+            self.resume(worker)
+            return None
         self.paused += 1
-        return worker
+        return worker, held
 
     def resume(self, worker: Worker) -> None:
         """SIGCONT a paused worker (if it still runs)."""
@@ -282,7 +294,8 @@ class Chaos:
     a worker SIGKILLed and replaced (the first after ``first_kill``; a kill waits until every
     worker's pool has started, so one replacement at most is starting at any time); every
     ``pause_every`` seconds (the first after ``first_pause``) a worker SIGSTOPped for
-    ``pause_for`` seconds, then SIGCONTed; every ``terminate_every``
+    ``pause_for`` seconds, then SIGCONTed (one holding leases: ``leases_of(worker id)`` counts
+    them); every ``terminate_every``
     seconds 1 to ``terminate_most`` of the workers' backends terminated; at each of
     ``redis_restarts_at`` the producer paused until a client is blocked on Redis (a worker waiting
     on the streams; ``redis_restart_wait`` seconds at most), the Redis server SIGKILLed, the
@@ -309,6 +322,7 @@ class Chaos:
         redis_down: float,
         pause_producer: Callable[[], None],
         resume_producer: Callable[[], None],
+        leases_of: Callable[[str], int],
     ) -> None:
         self.fleet = fleet
         self.terminator = terminator
@@ -324,6 +338,7 @@ class Chaos:
         self.redis_restart_wait = redis_restart_wait
         self.redis_down = redis_down
         self.pause_producer = pause_producer
+        self.leases_of = leases_of
         self.resume_producer = resume_producer
         self.restarts_due = list(redis_restarts_at)
         self.redis_restarts = 0
@@ -358,10 +373,14 @@ class Chaos:
             self.event(f"worker {self._paused[0].index} resumed (SIGCONT)")
             self._paused = None
         if elapsed >= self._next_pause and self._paused is None and self.fleet.all_ready():
-            worker = self.fleet.pause_random()
-            self._paused = (worker, elapsed + self.pause_for)
-            self._next_pause = max(self._next_pause + self.pause_every, elapsed)
-            self.event(f"worker {worker.index} (pid {worker.proc.pid}) paused (SIGSTOP) for {self.pause_for} s")
+            paused = self.fleet.pause_random(self.leases_of)
+            if paused is not None:  # else it held no lease: try again at the next step
+                worker, held = paused
+                self._paused = (worker, elapsed + self.pause_for)
+                self._next_pause = max(self._next_pause + self.pause_every, elapsed)
+                self.event(
+                    f"worker {worker.index} (pid {worker.proc.pid}) paused (SIGSTOP) for {self.pause_for} s holding {held} lease(s)"
+                )
         if elapsed >= self._next_kill and self.fleet.all_ready():
             index, pid = self.fleet.kill_random()
             self._next_kill = max(self._next_kill + self.kill_every, elapsed)

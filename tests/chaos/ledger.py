@@ -8,7 +8,8 @@ it back.
   lease token before the update, its status and attempts after.  A job whose outcome was
   committed twice has two rows.
 
-:func:`install` creates both (and the trigger); :func:`read_jobs` joins them to the jobs.
+:func:`install` creates both (and the trigger); :func:`read_jobs` joins them to the jobs;
+:func:`leases_of` counts the running jobs of one worker.
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ class JobRecord:
     @property
     def tokens(self) -> set[str]:
         return {token for token, _ in self.executions}
+
+
+def leases_of(engine: Engine, schema: str, worker_id: str) -> int:
+    """How many jobs of ``schema`` are running under a lease of ``worker_id`` now."""
+    with engine.connect() as conn:
+        return int(
+            conn.exec_driver_sql(
+                f"SELECT count(*) FROM \"{schema}\".tether_jobs WHERE status = 'running' AND leased_by = %(worker)s",
+                {"worker": worker_id},
+            ).scalar_one()
+        )
 
 
 def read_jobs(engine: Engine, schema: str) -> dict[int, JobRecord]:

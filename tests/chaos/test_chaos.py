@@ -13,8 +13,8 @@ the Redis restarts are done (at most :data:`CHAOS_SECONDS`):
 - SIGKILLs a random worker every :data:`KILL_EVERY` seconds and starts a replacement at once
   (a kill waits until every worker's pool has started: starting a worker takes about 1.5 s of
   CPU, 10-20 s on a crowded machine, and a process killed while it imports holds no lease);
-- SIGSTOPs a random worker for :data:`PAUSE_FOR` seconds every :data:`PAUSE_EVERY` seconds, then
-  SIGCONTs it: its leases expire meanwhile, the reaper hands its jobs to others, and whatever it
+- SIGSTOPs a random worker (one holding leases) for :data:`PAUSE_FOR` seconds every
+  :data:`PAUSE_EVERY` seconds, then SIGCONTs it: its leases expire meanwhile, the reaper hands its jobs to others, and whatever it
   writes once it runs again must be refused by the fence (its log counts the refusals);
 - terminates 1 or 2 random PostgreSQL backends of the workers every :data:`TERMINATE_EVERY`
   seconds (``pg_terminate_backend`` on the workers' own ``application_name``, nobody else's);
@@ -45,6 +45,7 @@ workers' logs in the test's temporary directory.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import random
 import threading
@@ -281,6 +282,7 @@ def test_every_job_ends_once_as_designed_under_kills_terminations_and_redis_rest
             first_pause=FIRST_PAUSE, pause_every=PAUSE_EVERY, pause_for=PAUSE_FOR,
             redis_restarts_at=REDIS_RESTARTS_AT, redis_restart_wait=REDIS_RESTART_WAIT, redis_down=REDIS_DOWN,
             pause_producer=producer.pause, resume_producer=producer.resume,
+            leases_of=functools.partial(ledger.leases_of, repository.engine, repository.schema),
         )  # fmt: skip
         while chaos.elapsed < CHAOS_SECONDS and not (
             producer.done and not chaos.restarts_due and len(producer.kinds) == JOBS and not unfinished(app)
