@@ -1,7 +1,7 @@
 """The faults the chaos test injects, each from the test process: worker processes SIGKILLed and
-replaced (:class:`WorkerFleet`), the workers' PostgreSQL backends terminated
-(:class:`BackendTerminator`), and the private Redis server restarted empty (:func:`restart_redis`);
-:class:`Chaos` runs them on a schedule and logs each.
+replaced, or SIGSTOPped and later SIGCONTed (:class:`WorkerFleet`), the workers' PostgreSQL
+backends terminated (:class:`BackendTerminator`), and the private Redis server restarted empty
+(:func:`restart_redis`); :class:`Chaos` runs them on a schedule and logs each.
 """
 
 from __future__ import annotations
