@@ -1,7 +1,8 @@
 """The in-memory job repository: thread-safe, public, and the fake for downstream tests.
 
-It applies the same rules as the SQL repositories (it runs the same contract suite): payloads are
-stored in their encoded form, so a caller mutating its dict after enqueue changes nothing stored;
+It applies the same rules as the SQL repositories (it runs the same contract suite): arguments are
+checked as they check them (a worker id that is not 1-200 printable characters: ValidationError);
+payloads are stored in their encoded form, so a caller mutating its dict after enqueue changes nothing stored;
 idempotency keys are unique across stored jobs; ``transaction()`` gives a unit of work whose jobs
 appear only on commit and vanish on rollback; an enqueue with a key held by another open
 transaction waits for that transaction to end, as a unique index would.
@@ -26,6 +27,7 @@ from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
 from tether.domain.timeutil import ensure_utc
+from tether.domain.validation import validate_worker_id
 from tether.ports.repository import JobRepository
 
 
@@ -211,6 +213,7 @@ class InMemoryJobRepository(JobRepository):
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
     ) -> list[Job]:
         now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
         leased: list[Job] = []
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
@@ -237,6 +240,7 @@ class InMemoryJobRepository(JobRepository):
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
         now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or not job.is_due(now) or job.attempts >= job.max_attempts:

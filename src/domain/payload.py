@@ -7,6 +7,8 @@ The rule, the same on every repository:
   (JSON cannot carry them, or they would come back as something else);
 - rejected: any string or key holding a NUL character (U+0000): PostgreSQL text and jsonb cannot
   store it, so no repository accepts it;
+- rejected: any string or key holding a lone surrogate (U+D800 to U+DFFF, e.g. ``"\\ud800"`` or
+  what ``surrogateescape`` makes of undecodable bytes): it has no UTF-8 encoding;
 - the canonical form is ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
   and its UTF-8 length in bytes must not exceed the limit (default 65,536 bytes).
 """
@@ -23,6 +25,18 @@ from tether.domain.wording import with_article
 
 DEFAULT_MAX_PAYLOAD_BYTES = 65_536
 MAX_DEPTH = 64
+
+
+def unencodable_problem(text: str) -> str | None:
+    """What keeps ``text`` from being UTF-8 (its first lone surrogate, ``U+D800 at index 3``), or
+    None when it encodes."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"holds a lone surrogate (U+{ord(text[error.start]):04X} at index {error.start}), which has no UTF-8 encoding"
+    return None
 
 
 def _check(value: Any, path: str, depth: int) -> None:
@@ -44,6 +58,9 @@ def _check(value: Any, path: str, depth: int) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise PayloadError(path, "holds a NUL character (U+0000), which no repository can store")
+        problem = unencodable_problem(value)
+        if problem is not None:
+            raise PayloadError(path, problem)
         return
     if type(value) is list:
         for i, item in enumerate(value):
@@ -55,6 +72,9 @@ def _check(value: Any, path: str, depth: int) -> None:
                 raise PayloadError(path, f"has a key of type {type(key).__name__} ({key!r}); JSON object keys are strings")
             if "\x00" in key:
                 raise PayloadError(path, "has a key holding a NUL character (U+0000)")
+            problem = unencodable_problem(key)
+            if problem is not None:
+                raise PayloadError(path, f"has a key ({key!r}) that {problem}")
             _check(item, f"{path}.{key}", depth + 1)
         return
     raise PayloadError(path, f"is {with_article(type(value).__name__)}, which JSON cannot carry (use str, int, float, bool, None, list or dict)")
@@ -128,11 +148,13 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
         max_bytes: the limit on the UTF-8 length of the canonical text, in bytes.
 
     Raises:
-        PayloadError: naming the path of the offending value (``payload.items[2]``) and why.
+        PayloadError: naming the path of the offending value (``payload.items[2]``,
+            ``payload.s``) and why: a type JSON cannot carry, NaN/Infinity, a NUL or lone surrogate
+            in a string or key, too deep, or too large.
     """
     # Fast path: one cheap type walk, then the C encoder.  Whenever something looks off (an odd
-    # type, a NaN the encoder refused, a possible NUL in the text) the full check runs and raises
-    # naming the path, exactly as if it had run first.
+    # type, a NaN the encoder refused, a possible NUL in the text, text that is not UTF-8) the full
+    # check runs and raises naming the path, exactly as if it had run first.
     if not _plainly_valid(payload, 0):
         _check(payload, "payload", 0)
     try:
@@ -142,7 +164,11 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
         raise
     if "\\u0000" in text:  # a NUL, or a string holding a backslash then "u0000"
         _check(payload, "payload", 0)
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    try:
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate in a string or a key
+        _check(payload, "payload", 0)
+        raise PayloadError("payload", "is not encodable as UTF-8") from None
     if size > max_bytes:
         raise PayloadError("payload", f"is {size} bytes as canonical UTF-8 JSON; the limit is {max_bytes} bytes")
     return text

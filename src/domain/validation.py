@@ -1,6 +1,7 @@
 """Validation of everything a caller passes in, before anything is written.
 
 Each check raises :class:`~tether.domain.errors.ValidationError` naming the field and the problem.
+Text must be encodable as UTF-8 (no lone surrogates), since every store keeps it so.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from tether.domain.errors import ValidationError
 from tether.domain.job import NewJob
-from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload
+from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, unencodable_problem
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS
 from tether.domain.timeutil import UTC, ensure_utc
 
@@ -91,13 +92,16 @@ def validate_seconds(value: object, field: str, *, allow_zero: bool = True) -> f
 
 
 def validate_idempotency_key(value: object) -> str | None:
-    """None, or a str of 1-255 characters without NUL."""
+    """None, or a str of 1-255 characters without NUL, encodable as UTF-8."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > IDEMPOTENCY_KEY_MAX_CHARS:
         raise ValidationError("idempotency_key", f"must be a string of 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters, got {value!r:.80}")
     if "\x00" in value:
         raise ValidationError("idempotency_key", "holds a NUL character (U+0000)")
+    problem = unencodable_problem(value)
+    if problem is not None:
+        raise ValidationError("idempotency_key", problem)
     return value
 
 
@@ -136,7 +140,8 @@ def prepare_job(
         max_payload_bytes: payload limit in bytes.
 
     Raises:
-        ValidationError / PayloadError: naming the first bad field.
+        ValidationError / PayloadError: naming the first bad field; text that is not UTF-8 (a
+        lone surrogate in a payload string or key, or in the key) included.
     """
     if not (type(now) is datetime and now.tzinfo is UTC):  # already aware UTC: ensure_utc would return it as is
         now = ensure_utc(now, "now")

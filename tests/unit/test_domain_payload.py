@@ -138,3 +138,28 @@ _json_values = st.recursive(
 def test_the_text_is_the_canonical_json_dumps_text(payload: Any) -> None:
     """Whatever encoder runs underneath, the text is exactly the module docstring's canonical form."""
     assert encode_payload(payload) == json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- text that is not UTF-8 -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("payload", "field", "problem"),
+    [
+        ({"s": "\ud800"}, "payload.s", "holds a lone surrogate (U+D800 at index 0), which has no UTF-8 encoding"),
+        ({"s": "ok \udcff"}, "payload.s", "holds a lone surrogate (U+DCFF at index 3), which has no UTF-8 encoding"),
+        ({"a": [1, {"b": ["x", "\udfff"]}]}, "payload.a[1].b[1]", "holds a lone surrogate (U+DFFF at index 0), which has no UTF-8 encoding"),
+        ("\ud800", "payload", "holds a lone surrogate (U+D800 at index 0), which has no UTF-8 encoding"),
+        ({"\ud800": 1}, "payload", "has a key ('\\ud800') that holds a lone surrogate (U+D800 at index 0), which has no UTF-8 encoding"),
+        ({"a": {"k\udc80": None}}, "payload.a", "has a key ('k\\udc80') that holds a lone surrogate (U+DC80 at index 1), which has no UTF-8 encoding"),
+    ],
+    ids=["string", "after-text", "deep", "top-level", "key", "deep-key"],
+)
+def test_text_that_is_not_utf8_is_a_payload_error_naming_its_path(payload: Any, field: str, problem: str) -> None:
+    with pytest.raises(PayloadError) as info:
+        encode_payload(payload)
+    assert (info.value.field, info.value.problem) == (field, problem)
+    str(info.value).encode("utf-8")  # the message itself prints anywhere
+
+
+def test_a_surrogate_pair_written_as_one_character_is_fine() -> None:
+    """U+1D11E is one code point: valid UTF-8 (4 bytes), unlike its two halves apart."""
+    assert encode_payload({"clef": "\U0001d11e"}).encode("utf-8") == '{"clef":"𝄞"}'.encode()

@@ -146,3 +146,24 @@ def test_worker_id(worker_id: object) -> None:
         validate_worker_id(worker_id)
     assert info.value.field == "worker_id"
     assert validate_worker_id("host-1-1234-abc123") == "host-1-1234-abc123"
+
+
+# -- text that is not UTF-8 -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"payload": {"s": "\ud800"}}, "payload.s"),
+        ({"payload": {"\udcff": 1}}, "payload"),
+        ({"idempotency_key": "k\ud800"}, "idempotency_key"),
+        ({"job_type": "emails\udcff"}, "job_type"),
+        ({"queue": "q\ud800"}, "queue"),
+    ],
+)
+def test_text_that_is_not_utf8_names_its_field(overrides: dict[str, object], field: str) -> None:
+    error = rejected(field, **overrides)
+    str(error).encode("utf-8")
+
+
+def test_a_key_that_is_not_utf8_says_why() -> None:
+    error = rejected("idempotency_key", idempotency_key="order-\udc80")
+    assert error.problem == "holds a lone surrogate (U+DC80 at index 6), which has no UTF-8 encoding"
