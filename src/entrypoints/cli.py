@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 from tether.domain.errors import ServiceUnavailable, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
+from tether.domain.limits import int_digit_limit
 from tether.domain.validation import prepare_job
 from tether.domain.wording import with_article
 from tether.entrypoints.cli_values import (
@@ -266,6 +267,8 @@ def parse_payload(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError("payload", f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError:  # an integer longer than Python's int-to-str digit limit
+        raise ValidationError("payload", f"holds an integer of more than {int_digit_limit():,} digits") from None
 
 
 def parse_run_at(text: str | None) -> datetime | None:

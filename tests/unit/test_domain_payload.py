@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import sys
 from collections import OrderedDict
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -140,7 +141,7 @@ def test_the_text_is_the_canonical_json_dumps_text(payload: Any) -> None:
     assert encode_payload(payload) == json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# -- text that is not UTF-8 -----------------------------------------------------------------------
+# -- text that is not UTF-8, integers too long to read back --------------------------------------
 @pytest.mark.parametrize(
     ("payload", "field", "problem"),
     [
@@ -163,3 +164,43 @@ def test_text_that_is_not_utf8_is_a_payload_error_naming_its_path(payload: Any, 
 def test_a_surrogate_pair_written_as_one_character_is_fine() -> None:
     """U+1D11E is one code point: valid UTF-8 (4 bytes), unlike its two halves apart."""
     assert encode_payload({"clef": "\U0001d11e"}).encode("utf-8") == '{"clef":"𝄞"}'.encode()
+
+
+def test_integers_up_to_4300_digits_are_accepted_one_more_is_not() -> None:
+    largest = 10**4300 - 1  # 4,300 nines
+    for value in (largest, -largest):
+        assert json.loads(encode_payload({"n": value})) == {"n": value}
+    for value in (10**4300, -(10**4300), 10**10_000):
+        with pytest.raises(PayloadError) as info:
+            encode_payload({"x": [0, value]})
+        assert (info.value.field, info.value.problem) == (
+            "payload.x[1]", "is an integer of more than 4,300 digits, which cannot be read back"
+        )
+
+
+@pytest.mark.parametrize("process_limit", [0, 100_000])
+def test_the_4300_digit_limit_holds_where_the_process_raised_its_own(process_limit: int) -> None:
+    """A process that lifted Python's limit still refuses what a default process could not read."""
+    saved = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(process_limit)
+    try:
+        assert json.loads(encode_payload({"n": 10**4300 - 1})) == {"n": 10**4300 - 1}
+        with pytest.raises(PayloadError) as info:
+            encode_payload({"n": 10**4300})
+        assert info.value.field == "payload.n"
+    finally:
+        sys.set_int_max_str_digits(saved)
+
+
+def test_a_process_with_a_lower_digit_limit_names_its_own() -> None:
+    saved = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(1000)
+    try:
+        assert encode_payload({"n": 10**1000 - 1}) == '{"n":' + "9" * 1000 + "}"
+        with pytest.raises(PayloadError) as info:
+            encode_payload({"n": 10**1000})
+        assert (info.value.field, info.value.problem) == (
+            "payload.n", "is an integer of more than 1,000 digits, which cannot be read back"
+        )
+    finally:
+        sys.set_int_max_str_digits(saved)

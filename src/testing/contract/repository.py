@@ -17,7 +17,8 @@ function-scoped ``repository`` fixture that yields a fresh, empty repository (it
 The suite covers the acceptance cases C01-C04, C09a, C10, C11-C15 and C21 of
 ``shared/cases/README.md`` with their exact values, and the rest of the port: reads, lease limits
 and queue filters, lease-by-id, heartbeats, release, fenced batch completion (``complete_many``), the reaper, manual retry, purge, token
-uniqueness, the time rule, and text that is not UTF-8 (:mod:`~tether.testing.contract.limits`).  Every time comes from the fake clock.  Slow backends may lower the
+uniqueness, the time rule, and the accepted ranges of numbers, times and text
+(:mod:`~tether.testing.contract.limits`).  Every time comes from the fake clock.  Slow backends may lower the
 knobs documented on :class:`~tether.testing.contract.support.ContractSupport`
 (``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ...).
 """
