@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import attrs
 import pytest
 from tether.domain.errors import PayloadError, TetherError, ValidationError
+from tether.domain.job import NewJob
 from tether.domain.limits import MAX_ATTEMPTS_LIMIT, MAX_INT_DIGITS, MAX_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import (
@@ -244,3 +246,31 @@ def test_ensure_utc_names_the_field_of_a_time_outside_utc() -> None:
 def test_the_limits_are_the_documented_values() -> None:
     assert (PRIORITY_MIN, PRIORITY_MAX, MAX_ATTEMPTS_LIMIT) == (-2_147_483_648, 2_147_483_647, 10_000)
     assert MAX_SECONDS == 3_155_760_000 and MAX_INT_DIGITS == 4_300
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "problem"),
+    [
+        ({"priority": 2**40}, "priority", "must be between -2147483648 and 2147483647, got 1099511627776"),
+        ({"priority": -(2**31) - 1}, "priority", "must be between -2147483648 and 2147483647, got -2147483649"),
+        ({"priority": True}, "priority", "must be an integer, got bool True"),
+        ({"max_attempts": 0}, "max_attempts", "must be between 1 and 10000, got 0"),
+        ({"max_attempts": 10**30}, "max_attempts", "must be between 1 and 10000, got 1000000000000000000000000000000"),
+        ({"max_attempts": 3.0}, "max_attempts", "must be an integer, got float 3.0"),
+    ],
+)
+def test_a_new_job_built_without_prepare_job_holds_only_what_the_columns_hold(
+    change: dict[str, object], field: str, problem: str
+) -> None:
+    """However a NewJob is made (evolved, or built by hand), no store is handed a number its
+    INTEGER columns cannot hold (memory stored 2**40; SQLite raised OverflowError for 2**70;
+    PostgreSQL said the store was unavailable)."""
+    new = prepare_job("t", {}, now=NOW)
+    with pytest.raises(ValidationError) as info:
+        attrs.evolve(new, **change)
+    assert (info.value.field, info.value.problem) == (field, problem)
+    with pytest.raises(ValidationError) as info:
+        NewJob(**{**attrs.asdict(new), **change})
+    assert info.value.field == field
+    edges = attrs.evolve(new, priority=PRIORITY_MIN, max_attempts=MAX_ATTEMPTS_LIMIT)
+    assert (edges.priority, edges.max_attempts) == (-(2**31), 10_000)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import attrs
 import pytest
 from tether.adapters.clock import FakeClock
 from tether.domain.errors import ValidationError
@@ -78,6 +79,17 @@ class LimitContract(ContractSupport):
         self, repository: JobRepository, clock: FakeClock, options: dict[str, Any], field: str
     ) -> None:
         self._refused(clock, dict(options), field)
+        assert self.total(repository) == 0
+
+    @pytest.mark.parametrize(("change", "field"), [({"priority": 2**40}, "priority"), ({"priority": 2**70}, "priority"),
+                                                   ({"max_attempts": 0}, "max_attempts"),
+                                                   ({"max_attempts": 2**40}, "max_attempts")])
+    def test_a_request_built_past_the_columns_never_reaches_the_store(self, repository: JobRepository, clock: FakeClock,
+                                                                      change: dict[str, int], field: str) -> None:
+        """A NewJob evolved (or built by hand) past the INTEGER columns is refused as it is made."""
+        with pytest.raises(ValidationError) as info:
+            repository.enqueue(attrs.evolve(self.new_job(clock), **change), now=clock.now())
+        assert info.value.field == field
         assert self.total(repository) == 0
 
     def test_a_refusal_leaves_the_transaction_usable(self, repository: JobRepository, clock: FakeClock) -> None:
