@@ -306,6 +306,20 @@ def test_a_real_clock_needs_advance_clock_false() -> None:
     assert [r.outcome for r in drain(app, advance_clock=False)] == ["completed"]
 
 
+def test_the_waits_double_up_to_the_cap_less_its_jitter_then_stay_under_the_cap() -> None:
+    """Default policy (jitter 0.25): 1, 2, 4 ... 128 s, then m = 300 / 1.25 = 240 s; each wait is
+    m * (1 + 0.25 * r), so with r near 1 the longest is just under the 300 s cap."""
+    for r, factor in ((0.0, 1.0), (0.999999, 1.24999975)):
+        app = fake_app()
+        flaky(app, "j", 10, [], max_attempts=11)
+        app.enqueue("j", {})
+        report = drain(app, jitter=lambda r=r: r)
+        waits = [(run.retry_at - run.ran_at).total_seconds() for run in report.retrying if run.retry_at is not None]
+        shortest = [1, 2, 4, 8, 16, 32, 64, 128, 240, 240]
+        assert waits == pytest.approx([m * factor for m in shortest], rel=0, abs=1e-6)
+        assert max(waits) < 300 and [run.outcome for run in report][-1] == "completed"
+
+
 def test_production_jitter_spreads_retries_but_never_below_the_backoff() -> None:
     app = fake_app()
     flaky(app, "j", 1, [])
