@@ -124,6 +124,14 @@ BAD_INPUT = [
         ["worker", "--app", "json:dumps", "--drain-timeout", "later"],
         "drain_timeout (--drain-timeout, TETHER_DRAIN_TIMEOUT): must be a number of seconds, got 'later'",
     ),
+    (
+        ["worker", "--app", "tether.testing:fake_app", "--until-idle", "--lease-timeout", "1e15"],
+        "lease_timeout (--lease-timeout, TETHER_LEASE_TIMEOUT): must be at most 3,155,760,000 seconds (100 years), got 1e+15",
+    ),
+    (
+        ["worker", "--app", "tether.testing:fake_app", "--until-idle", "--drain-timeout", "1e300"],
+        "drain_timeout (--drain-timeout, TETHER_DRAIN_TIMEOUT): must be at most 3,155,760,000 seconds (100 years)",
+    ),
     (["worker", "--app", "json:nothing"], "--app: 'json' has no attribute 'nothing'"),
     (["worker", "--app", "json:dumps"], "--app: calling json:dumps() failed: TypeError"),
     (["worker", "--app", "json:JSONDecoder"], "--app: json:JSONDecoder is a type, not a tether.Tether"),
