@@ -2,10 +2,11 @@
 
 It applies the same rules as the SQL repositories (it runs the same contract suite): arguments are
 checked as they check them (a ``lease_timeout`` of 0 or over 100 years, a worker id that is not
-1-200 printable characters: ValidationError); payloads are stored in their encoded form, so a caller mutating its dict after enqueue changes nothing stored;
-idempotency keys are unique across stored jobs; ``transaction()`` gives a unit of work whose jobs
-appear only on commit and vanish on rollback; an enqueue with a key held by another open
-transaction waits for that transaction to end, as a unique index would.
+1-200 printable characters: ValidationError); payloads are stored in their encoded form, so a
+caller mutating its dict after enqueue changes nothing stored; idempotency keys are unique across
+stored jobs; ``transaction()`` gives a unit of work whose jobs appear only on commit and vanish
+on rollback; an enqueue with a key held by another open transaction waits for that transaction to
+end, as a unique index would.
 
 Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed from heaps of jobs
 waiting for their ``scheduled_at``; stale heap entries are skipped when popped.

@@ -44,13 +44,11 @@ LEASABLE_STATUSES = (JobStatus.QUEUED, JobStatus.RETRYING)
 TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.DEAD)
 
 
-def _check_column_int(value: object, field: str, low: int, high: int) -> None:
-    """Raise ValidationError(``field``) unless ``value`` is an int (not a bool) in ``[low, high]``."""
-    if type(value) is int and low <= value <= high:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(field, f"must be an integer, got {type(value).__name__} {value!r:.40}")
-    raise ValidationError(field, f"must be between {low} and {high}, got {value}")
+def _check_column_range(value: object, field: str, low: int, high: int) -> None:
+    """Raise ValidationError(``field``) when ``value`` is an int (of any int type) outside
+    ``[low, high]``; other types are the adapters' to convert, as before."""
+    if isinstance(value, int) and not low <= value <= high:
+        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
 
 
 @attrs.frozen
@@ -58,9 +56,9 @@ class NewJob:
     """A validated request to enqueue one job (see :func:`tether.domain.validation.prepare_job`).
 
     ``payload_json`` is the canonical UTF-8 JSON text of the payload; ``scheduled_at`` is aware UTC.
-    ``priority`` (32-bit) and ``max_attempts`` (1-10,000) are checked however the request is built
-    (directly, or by ``attrs.evolve``), so no repository is handed a number its columns cannot
-    hold: ValidationError naming the field.
+    Integer ``priority`` (32-bit) and ``max_attempts`` (1-10,000) are range-checked however the
+    request is built (directly, or by ``attrs.evolve``), so no repository is handed a number its
+    columns cannot hold: ValidationError naming the field.
     """
 
     job_type: str
@@ -72,8 +70,8 @@ class NewJob:
     idempotency_key: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        _check_column_int(self.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
-        _check_column_int(self.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
+        _check_column_range(self.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
+        _check_column_range(self.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
 
     @property
     def payload(self) -> Any:
