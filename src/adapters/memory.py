@@ -1,10 +1,12 @@
 """The in-memory job repository: thread-safe, public, and the fake for downstream tests.
 
-It applies the same rules as the SQL repositories (it runs the same contract suite): payloads are
-stored in their encoded form, so a caller mutating its dict after enqueue changes nothing stored;
-idempotency keys are unique across stored jobs; ``transaction()`` gives a unit of work whose jobs
-appear only on commit and vanish on rollback; an enqueue with a key held by another open
-transaction waits for that transaction to end, as a unique index would.
+It applies the same rules as the SQL repositories (it runs the same contract suite): arguments are
+checked as they check them (a ``lease_timeout`` of 0 or over 100 years, a worker id that is not
+1-200 printable characters: ValidationError); payloads are stored in their encoded form, so a
+caller mutating its dict after enqueue changes nothing stored; idempotency keys are unique across
+stored jobs; ``transaction()`` gives a unit of work whose jobs appear only on commit and vanish
+on rollback; an enqueue with a key held by another open transaction waits for that transaction to
+end, as a unique index would.
 
 Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed from heaps of jobs
 waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
@@ -26,6 +28,7 @@ from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
 from tether.domain.timeutil import ensure_utc
+from tether.domain.validation import validate_seconds, validate_worker_id
 from tether.ports.repository import JobRepository
 
 
@@ -211,6 +214,8 @@ class InMemoryJobRepository(JobRepository):
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
     ) -> list[Job]:
         now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         leased: list[Job] = []
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
@@ -237,6 +242,8 @@ class InMemoryJobRepository(JobRepository):
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
         now = ensure_utc(now, "now")
+        worker_id = validate_worker_id(worker_id)
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or not job.is_due(now) or job.attempts >= job.max_attempts:
@@ -266,6 +273,7 @@ class InMemoryJobRepository(JobRepository):
 
     def heartbeat(self, job_id: int, token: str, *, now: datetime, lease_timeout: float) -> Job:
         now = ensure_utc(now, "now")
+        lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         return self._apply(
             job_id, token, lambda j: transitions.heartbeat(j, token=token, now=now, lease_timeout=lease_timeout)
         )

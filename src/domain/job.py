@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+from tether.domain.errors import ValidationError
+from tether.domain.limits import MAX_ATTEMPTS_LIMIT, PRIORITY_MAX, PRIORITY_MIN
 
 
 class JobStatus(enum.StrEnum):
@@ -42,11 +44,21 @@ LEASABLE_STATUSES = (JobStatus.QUEUED, JobStatus.RETRYING)
 TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.DEAD)
 
 
+def _check_column_range(value: object, field: str, low: int, high: int) -> None:
+    """Raise ValidationError(``field``) when ``value`` is an int (of any int type) outside
+    ``[low, high]``; other types are the adapters' to convert, as before."""
+    if isinstance(value, int) and not low <= value <= high:
+        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
+
+
 @attrs.frozen
 class NewJob:
     """A validated request to enqueue one job (see :func:`tether.domain.validation.prepare_job`).
 
     ``payload_json`` is the canonical UTF-8 JSON text of the payload; ``scheduled_at`` is aware UTC.
+    Integer ``priority`` (32-bit) and ``max_attempts`` (1-10,000) are range-checked however the
+    request is built (directly, or by ``attrs.evolve``), so no repository is handed a number its
+    columns cannot hold: ValidationError naming the field.
     """
 
     job_type: str
@@ -56,6 +68,10 @@ class NewJob:
     max_attempts: int
     scheduled_at: datetime
     idempotency_key: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _check_column_range(self.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
+        _check_column_range(self.max_attempts, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
 
     @property
     def payload(self) -> Any:

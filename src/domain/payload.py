@@ -7,22 +7,55 @@ The rule, the same on every repository:
   (JSON cannot carry them, or they would come back as something else);
 - rejected: any string or key holding a NUL character (U+0000): PostgreSQL text and jsonb cannot
   store it, so no repository accepts it;
+- rejected: any string or key holding a lone surrogate (U+D800 to U+DFFF, e.g. ``"\\ud800"`` or
+  what ``surrogateescape`` makes of undecodable bytes): it has no UTF-8 encoding;
+- rejected: an integer of more than 4,300 decimal digits (:data:`~tether.domain.limits.MAX_INT_DIGITS`;
+  less where the process lowered ``sys.set_int_max_str_digits``): Python cannot read it back;
 - the canonical form is ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
   and its UTF-8 length in bytes must not exceed the limit (default 65,536 bytes).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from tether.domain.errors import PayloadError
+from tether.domain.limits import MAX_INT_DIGITS, int_digit_limit
 from tether.domain.wording import with_article
 
 DEFAULT_MAX_PAYLOAD_BYTES = 65_536
 MAX_DEPTH = 64
+
+
+def unencodable_problem(text: str) -> str | None:
+    """What keeps ``text`` from being UTF-8 (its first lone surrogate, ``U+D800 at index 3``), or
+    None when it encodes."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"holds a lone surrogate (U+{ord(text[error.start]):04X} at index {error.start}), which has no UTF-8 encoding"
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _int_bound(digits: int) -> int:
+    """``10 ** digits``: the least integer with ``digits + 1`` digits."""
+    return 10**digits
+
+
+def _too_many_digits(value: int) -> int | None:
+    """The digit limit when ``value`` has more decimal digits than :func:`int_digit_limit`, else None."""
+    limit = int_digit_limit()
+    if value.bit_length() < 3 * limit:  # |value| < 2 ** (3 * limit) < 10 ** limit
+        return None
+    return limit if abs(value) >= _int_bound(limit) else None
 
 
 def _check(value: Any, path: str, depth: int) -> None:
@@ -34,6 +67,9 @@ def _check(value: Any, path: str, depth: int) -> None:
         if type(value) is not int and not isinstance(value, bool):
             # IntEnum and friends would encode as ints and come back as plain ints.
             raise PayloadError(path, f"is {with_article(type(value).__name__)}; only plain int is JSON")
+        limit = _too_many_digits(value)
+        if limit is not None:
+            raise PayloadError(path, f"is an integer of more than {limit:,} digits, which cannot be read back")
         return
     if isinstance(value, float):
         if type(value) is not float:
@@ -44,6 +80,9 @@ def _check(value: Any, path: str, depth: int) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise PayloadError(path, "holds a NUL character (U+0000), which no repository can store")
+        problem = unencodable_problem(value)
+        if problem is not None:
+            raise PayloadError(path, problem)
         return
     if type(value) is list:
         for i, item in enumerate(value):
@@ -55,6 +94,9 @@ def _check(value: Any, path: str, depth: int) -> None:
                 raise PayloadError(path, f"has a key of type {type(key).__name__} ({key!r}); JSON object keys are strings")
             if "\x00" in key:
                 raise PayloadError(path, "has a key holding a NUL character (U+0000)")
+            problem = unencodable_problem(key)
+            if problem is not None:
+                raise PayloadError(path, f"has a key ({key!r}) that {problem}")
             _check(item, f"{path}.{key}", depth + 1)
         return
     raise PayloadError(path, f"is {with_article(type(value).__name__)}, which JSON cannot carry (use str, int, float, bool, None, list or dict)")
@@ -128,21 +170,29 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
         max_bytes: the limit on the UTF-8 length of the canonical text, in bytes.
 
     Raises:
-        PayloadError: naming the path of the offending value (``payload.items[2]``) and why.
+        PayloadError: naming the path of the offending value (``payload.items[2]``,
+            ``payload.s``) and why: a type JSON cannot carry, NaN/Infinity, a NUL or lone surrogate
+            in a string or key, an integer of more than 4,300 digits, too deep, or too large.
     """
     # Fast path: one cheap type walk, then the C encoder.  Whenever something looks off (an odd
-    # type, a NaN the encoder refused, a possible NUL in the text) the full check runs and raises
-    # naming the path, exactly as if it had run first.
-    if not _plainly_valid(payload, 0):
+    # type, a NaN or an over-long integer the encoder refused, a possible NUL in the text, text
+    # that is not UTF-8) the full check runs and raises naming the path, exactly as if it had run
+    # first.  The encoder refuses integers past the process's int-to-str limit; where that limit
+    # is above MAX_INT_DIGITS (or off), the walk checks them instead.
+    if not _plainly_valid(payload, 0) or not 0 < sys.get_int_max_str_digits() <= MAX_INT_DIGITS:
         _check(payload, "payload", 0)
     try:
         text = "".join(_ONE_SHOT(payload, 0)) if _ONE_SHOT is not None else _ENCODER.encode(payload)
-    except ValueError:
+    except ValueError as error:
         _check(payload, "payload", 0)
-        raise
+        raise PayloadError("payload", f"cannot be encoded as JSON: {error}") from None
     if "\\u0000" in text:  # a NUL, or a string holding a backslash then "u0000"
         _check(payload, "payload", 0)
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    try:
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate in a string or a key
+        _check(payload, "payload", 0)
+        raise PayloadError("payload", "is not encodable as UTF-8") from None
     if size > max_bytes:
         raise PayloadError("payload", f"is {size} bytes as canonical UTF-8 JSON; the limit is {max_bytes} bytes")
     return text

@@ -12,13 +12,17 @@ def ensure_utc(value: object, field: str) -> datetime:
 
     Raises:
         ValidationError: ``value`` is not a datetime, or is naive (no tzinfo): a naive time
-            could mean any zone, so it is refused rather than guessed.
+            could mean any zone, so it is refused rather than guessed; or it is outside the
+            years 1-9999 once in UTC (9999-12-31 23:00 at UTC-5 is year 10000 in UTC).
     """
     if not isinstance(value, datetime):
         raise ValidationError(field, f"must be a timezone-aware datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
         raise ValidationError(field, "must be timezone-aware (naive datetimes are rejected; use datetime.now(timezone.utc))")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError(field, f"{value.isoformat()} is outside the years 1-9999 in UTC") from None
 
 
 def to_micros(value: datetime) -> int:

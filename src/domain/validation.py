@@ -1,6 +1,8 @@
 """Validation of everything a caller passes in, before anything is written.
 
 Each check raises :class:`~tether.domain.errors.ValidationError` naming the field and the problem.
+The accepted ranges of numbers and times are those of :mod:`tether.domain.limits`; text must be
+encodable as UTF-8 (no lone surrogates), since every store keeps it so.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from typing import Any
 
 from tether.domain.errors import ValidationError
 from tether.domain.job import NewJob
-from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload
+from tether.domain.limits import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_SCHEDULE_DISTANCE,
+    MAX_SECONDS,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+)
+from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, unencodable_problem
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS
 from tether.domain.timeutil import UTC, ensure_utc
 
@@ -22,8 +31,6 @@ QUEUE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 #: Job types name handlers: 1-200 characters of letters, digits, ``_ . : -``.
 JOB_TYPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}")
 DEFAULT_QUEUE = "default"
-PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
-MAX_ATTEMPTS_LIMIT = 10_000
 IDEMPOTENCY_KEY_MAX_CHARS = 255
 WORKER_ID_MAX_CHARS = 200
 
@@ -80,25 +87,69 @@ def validate_max_attempts(value: object) -> int:
 
 
 def validate_seconds(value: object, field: str, *, allow_zero: bool = True) -> float:
-    """A duration in seconds: a finite int/float >= 0 (> 0 unless ``allow_zero``), or a timedelta."""
+    """A duration in seconds: a finite int/float (or a timedelta) from 0 (exclusive unless
+    ``allow_zero``) to :data:`~tether.domain.limits.MAX_SECONDS` (100 years) inclusive.
+
+    Raises:
+        ValidationError: naming ``field``: not a number, not finite, negative (or 0), or longer.
+    """
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValidationError(field, f"must be a finite number of seconds, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int past the float range
+        finite = False
+    if not finite:
+        raise ValidationError(field, f"must be a finite number of seconds, got {value!r:.40}")
     if value < 0 or (value == 0 and not allow_zero):
         raise ValidationError(field, f"must be {'>= 0' if allow_zero else '> 0'} seconds, got {value}")
+    if value > MAX_SECONDS:
+        raise ValidationError(field, f"must be at most {MAX_SECONDS:,} seconds (100 years), got {value:.6g}")
     return float(value)
 
 
 def validate_idempotency_key(value: object) -> str | None:
-    """None, or a str of 1-255 characters without NUL."""
+    """None, or a str of 1-255 characters without NUL, encodable as UTF-8."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > IDEMPOTENCY_KEY_MAX_CHARS:
         raise ValidationError("idempotency_key", f"must be a string of 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters, got {value!r:.80}")
     if "\x00" in value:
         raise ValidationError("idempotency_key", "holds a NUL character (U+0000)")
+    problem = unencodable_problem(value)
+    if problem is not None:
+        raise ValidationError("idempotency_key", problem)
     return value
+
+
+def due_time(now: datetime, *, run_at: object = None, delay: object = None) -> datetime:
+    """When a new job becomes due (aware UTC): ``run_at``, or ``now + delay``, or ``now``.
+
+    Accepted: ``run_at`` an aware datetime within 100 years of ``now`` either side (an earlier
+    one means due now) that is expressible in UTC; ``delay`` seconds (or a timedelta) from 0 to
+    100 years, not both.  ``now`` must be aware UTC.
+
+    Raises:
+        ValidationError: naming ``run_at`` or ``delay``.
+    """
+    if run_at is not None and delay is not None:
+        raise ValidationError("run_at", "give run_at or delay, not both")
+    if run_at is not None:
+        scheduled_at = ensure_utc(run_at, "run_at")
+        if abs(scheduled_at - now) > MAX_SCHEDULE_DISTANCE:
+            raise ValidationError(
+                "run_at", f"{scheduled_at.isoformat()} is more than 100 years from now ({now.isoformat()})"
+            )
+        return scheduled_at
+    if delay is not None:
+        seconds = validate_seconds(delay, "delay")
+        try:
+            return now + timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValidationError("delay", f"{seconds:g} seconds from {now.isoformat()} is past the year 9999") from None
+    return now
 
 
 def validate_worker_id(value: object) -> str:
@@ -128,15 +179,18 @@ def prepare_job(
         payload: JSON-able arguments (rules in :mod:`tether.domain.payload`).
         now: the current instant, aware UTC (from the clock port).
         queue: queue name (:data:`QUEUE_PATTERN`).
-        priority: integer, higher runs first (32-bit range).
-        run_at: aware datetime to run at, or None; exclusive with ``delay``.
-        delay: seconds (or timedelta) from ``now``, or None.
+        priority: integer, higher runs first (32-bit: -2,147,483,648 to 2,147,483,647).
+        run_at: aware datetime to run at, within 100 years of ``now``, or None; exclusive with
+            ``delay`` (see :func:`due_time`).
+        delay: seconds (or timedelta) from ``now``, 0 to 100 years, or None.
         max_attempts: 1-10,000.
         idempotency_key: see :func:`validate_idempotency_key`.
         max_payload_bytes: payload limit in bytes.
 
     Raises:
-        ValidationError / PayloadError: naming the first bad field.
+        ValidationError / PayloadError: naming the first bad field; text that is not UTF-8 (a
+        lone surrogate in a payload string or key, or in the key) and every number or time
+        outside :mod:`tether.domain.limits` included.
     """
     if not (type(now) is datetime and now.tzinfo is UTC):  # already aware UTC: ensure_utc would return it as is
         now = ensure_utc(now, "now")
@@ -154,14 +208,7 @@ def prepare_job(
     else:
         attempts = validate_max_attempts(max_attempts)
     key = None if idempotency_key is None else validate_idempotency_key(idempotency_key)
-    if run_at is not None and delay is not None:
-        raise ValidationError("run_at", "give run_at or delay, not both")
-    if run_at is not None:
-        scheduled_at = ensure_utc(run_at, "run_at")
-    elif delay is not None:
-        scheduled_at = now + timedelta(seconds=validate_seconds(delay, "delay"))
-    else:
-        scheduled_at = now
+    scheduled_at = now if run_at is None and delay is None else due_time(now, run_at=run_at, delay=delay)
     payload_json = encode_payload(payload, max_bytes=max_payload_bytes)
     # positional, in NewJob's field order (job_type, queue, payload_json, priority, max_attempts,
     # scheduled_at, idempotency_key): a third cheaper than keywords, and bulk enqueue makes thousands

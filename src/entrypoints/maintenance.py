@@ -93,12 +93,16 @@ def purge_cutoff(older_than: object, now: datetime) -> datetime:
         older_than: an aware datetime (that instant), or a timedelta >= 0 (that long before ``now``).
 
     Raises:
-        ValidationError (field ``older_than``): anything else, a naive datetime, a negative timedelta.
+        ValidationError (field ``older_than``): anything else, a naive datetime, a negative
+            timedelta, one reaching before the year 1.
     """
     if isinstance(older_than, timedelta):
         if older_than < timedelta(0):
             raise ValidationError("older_than", f"must be a timedelta >= 0, got {older_than}")
-        return now - older_than
+        try:
+            return now - older_than
+        except OverflowError:
+            raise ValidationError("older_than", f"{older_than} before {now.isoformat()} is before the year 1") from None
     if isinstance(older_than, datetime):
         return ensure_utc(older_than, "older_than")
     raise ValidationError("older_than", f"must be an aware datetime or a timedelta, got {type(older_than).__name__}")

@@ -70,7 +70,7 @@ class Tether:
         repository: the job store (any :class:`~tether.ports.repository.JobRepository`).
         dispatcher: how workers get leases and learn of new jobs.
         clock: the time source for every ``now`` this object passes down.
-        retry_policy: backoff of failed attempts (default: 1 s doubling to 300 s, +0-10 % jitter).
+        retry_policy: backoff of failed attempts (default: 1 s doubling, +0-25 % jitter, never more than 300 s).
         max_payload_bytes: limit on a payload's canonical UTF-8 JSON, in bytes (default 65,536).
         default_queue: queue of jobs whose type has no registered queue and that name none.
         default_max_attempts: ``max_attempts`` when neither the call nor the handler gives one.

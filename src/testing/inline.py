@@ -209,8 +209,9 @@ def drain(
         lease_timeout: seconds each lease lasts (a handler that advances the fake clock past it
             loses its lease, as a real worker would).
         jitter: the ``r`` in [0, 1) of the retry jitter rule (:mod:`tether.domain.retry`) for each
-            failure.  The default, always 0, makes retry times exactly the policy's backoff;
-            pass ``random.random`` for the production spread.
+            failure.  The default, always 0, makes each retry wait exactly the policy's
+            shortest delay (its backoff, 1, 2, 4 ... s, up to ``cap / (1 + jitter)``: 240 s by
+            default); pass ``random.random`` for the production spread.
 
     Returns:
         a :class:`DrainReport` of every attempt.

@@ -218,9 +218,9 @@ def test_jitter_is_zero_by_default_and_can_be_supplied() -> None:
     app = fake_app()
     flaky(app, "j", 1, [])
     app.enqueue("j", {})
-    report = drain(app, jitter=lambda: 0.5)  # default policy: 1 s * (1 + 0.1 * 0.5)
-    assert report.retrying[0].retry_at == seconds(1.05)
-    assert report.completed[0].ran_at == seconds(1.05)
+    report = drain(app, jitter=lambda: 0.5)  # default policy: 1 s * (1 + 0.25 * 0.5)
+    assert report.retrying[0].retry_at == seconds(1.125)
+    assert report.completed[0].ran_at == seconds(1.125)
 
 
 def test_drain_matches_a_real_worker_pool_outcome_for_outcome() -> None:
@@ -306,13 +306,27 @@ def test_a_real_clock_needs_advance_clock_false() -> None:
     assert [r.outcome for r in drain(app, advance_clock=False)] == ["completed"]
 
 
+def test_the_waits_double_up_to_the_cap_less_its_jitter_then_stay_under_the_cap() -> None:
+    """Default policy (jitter 0.25): 1, 2, 4 ... 128 s, then m = 300 / 1.25 = 240 s; each wait is
+    m * (1 + 0.25 * r), so with r near 1 the longest is just under the 300 s cap."""
+    for r, factor in ((0.0, 1.0), (0.999999, 1.24999975)):
+        app = fake_app()
+        flaky(app, "j", 10, [], max_attempts=11)
+        app.enqueue("j", {})
+        report = drain(app, jitter=lambda r=r: r)
+        waits = [(run.retry_at - run.ran_at).total_seconds() for run in report.retrying if run.retry_at is not None]
+        shortest = [1, 2, 4, 8, 16, 32, 64, 128, 240, 240]
+        assert waits == pytest.approx([m * factor for m in shortest], rel=0, abs=1e-6)
+        assert max(waits) < 300 and [run.outcome for run in report][-1] == "completed"
+
+
 def test_production_jitter_spreads_retries_but_never_below_the_backoff() -> None:
     app = fake_app()
     flaky(app, "j", 1, [])
     app.enqueue("j", {})
     report = drain(app, jitter=random.Random(3).random)
     retry_at = report.retrying[0].retry_at
-    assert retry_at is not None and seconds(1) <= retry_at < seconds(1.1)
+    assert retry_at is not None and seconds(1) <= retry_at < seconds(1.25)
 
 
 def test_drain_works_on_an_app_from_connect_on_sqlite(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import sys
 from collections import OrderedDict
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -138,3 +139,68 @@ _json_values = st.recursive(
 def test_the_text_is_the_canonical_json_dumps_text(payload: Any) -> None:
     """Whatever encoder runs underneath, the text is exactly the module docstring's canonical form."""
     assert encode_payload(payload) == json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- text that is not UTF-8, integers too long to read back --------------------------------------
+@pytest.mark.parametrize(
+    ("payload", "field", "problem"),
+    [
+        ({"s": "\ud800"}, "payload.s", "holds a lone surrogate (U+D800 at index 0), which has no UTF-8 encoding"),
+        ({"s": "ok \udcff"}, "payload.s", "holds a lone surrogate (U+DCFF at index 3), which has no UTF-8 encoding"),
+        ({"a": [1, {"b": ["x", "\udfff"]}]}, "payload.a[1].b[1]", "holds a lone surrogate (U+DFFF at index 0), which has no UTF-8 encoding"),
+        ("\ud800", "payload", "holds a lone surrogate (U+D800 at index 0), which has no UTF-8 encoding"),
+        ({"\ud800": 1}, "payload", "has a key ('\\ud800') that holds a lone surrogate (U+D800 at index 0), which has no UTF-8 encoding"),
+        ({"a": {"k\udc80": None}}, "payload.a", "has a key ('k\\udc80') that holds a lone surrogate (U+DC80 at index 1), which has no UTF-8 encoding"),
+    ],
+    ids=["string", "after-text", "deep", "top-level", "key", "deep-key"],
+)
+def test_text_that_is_not_utf8_is_a_payload_error_naming_its_path(payload: Any, field: str, problem: str) -> None:
+    with pytest.raises(PayloadError) as info:
+        encode_payload(payload)
+    assert (info.value.field, info.value.problem) == (field, problem)
+    str(info.value).encode("utf-8")  # the message itself prints anywhere
+
+
+def test_a_surrogate_pair_written_as_one_character_is_fine() -> None:
+    """U+1D11E is one code point: valid UTF-8 (4 bytes), unlike its two halves apart."""
+    assert encode_payload({"clef": "\U0001d11e"}).encode("utf-8") == '{"clef":"𝄞"}'.encode()
+
+
+def test_integers_up_to_4300_digits_are_accepted_one_more_is_not() -> None:
+    largest = 10**4300 - 1  # 4,300 nines
+    for value in (largest, -largest):
+        assert json.loads(encode_payload({"n": value})) == {"n": value}
+    for value in (10**4300, -(10**4300), 10**10_000):
+        with pytest.raises(PayloadError) as info:
+            encode_payload({"x": [0, value]})
+        assert (info.value.field, info.value.problem) == (
+            "payload.x[1]", "is an integer of more than 4,300 digits, which cannot be read back"
+        )
+
+
+@pytest.mark.parametrize("process_limit", [0, 100_000])
+def test_the_4300_digit_limit_holds_where_the_process_raised_its_own(process_limit: int) -> None:
+    """A process that lifted Python's limit still refuses what a default process could not read."""
+    saved = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(process_limit)
+    try:
+        assert json.loads(encode_payload({"n": 10**4300 - 1})) == {"n": 10**4300 - 1}
+        with pytest.raises(PayloadError) as info:
+            encode_payload({"n": 10**4300})
+        assert info.value.field == "payload.n"
+    finally:
+        sys.set_int_max_str_digits(saved)
+
+
+def test_a_process_with_a_lower_digit_limit_names_its_own() -> None:
+    saved = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(1000)
+    try:
+        assert encode_payload({"n": 10**1000 - 1}) == '{"n":' + "9" * 1000 + "}"
+        with pytest.raises(PayloadError) as info:
+            encode_payload({"n": 10**1000})
+        assert (info.value.field, info.value.problem) == (
+            "payload.n", "is an integer of more than 1,000 digits, which cannot be read back"
+        )
+    finally:
+        sys.set_int_max_str_digits(saved)

@@ -184,7 +184,7 @@ def test_next_retry_at_follows_policy_and_attempts() -> None:
     policy = RetryPolicy()
     first = running()
     assert transitions.next_retry_at(first, now=at(10), policy=policy, r=0.0) == at(11)
-    assert transitions.next_retry_at(first, now=at(10), policy=policy, r=1.0) == at(11.1)
+    assert transitions.next_retry_at(first, now=at(10), policy=policy, r=1.0) == at(11.25)  # jitter 0.25
     assert transitions.next_retry_at(first, now=at(10), policy=policy, r=0.0, permanent=True) is None
     assert transitions.next_retry_at(running(max_attempts=1), now=at(10), policy=policy, r=0.0) is None
 

@@ -364,6 +364,15 @@ def test_purge_by_datetime_or_timedelta(app, repo, clock) -> None:
         app.get(recent.id)
 
 
+@pytest.mark.parametrize("older_than", [timedelta.max, timedelta(days=800_000)])
+def test_purge_before_the_year_1_is_a_validation_error(app, repo, clock, older_than: timedelta) -> None:
+    app.enqueue("t", {})
+    with pytest.raises(ValidationError) as info:
+        app.purge(older_than)
+    assert info.value.field == "older_than" and "before the year 1" in info.value.problem
+    assert app.purge(timedelta(days=36_525)) == 0
+
+
 def test_reap_takes_back_expired_leases_and_notifies(app, repo, clock, dispatcher) -> None:
     job = app.enqueue("t", {}).job
     repo.lease(queues=None, worker_id="gone", now=clock.now(), lease_timeout=15 * 60)

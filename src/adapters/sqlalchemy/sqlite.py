@@ -6,11 +6,18 @@ Set-up (see :func:`create_sqlite_engine`):
   committed enqueue survives a power cut (``NORMAL`` is faster and survives a process crash);
 - ``busy_timeout``: a connection waits this long for the write lock before SQLite says
   "database is locked";
-- pysqlite's own transaction handling is switched off (``isolation_level = None``) and the
-  repository emits ``BEGIN IMMEDIATE`` for every write transaction (leases, completions, enqueues)
-  and a plain ``BEGIN`` for reads: a write transaction holds the write lock from its first
-  statement, so a lease's read and write are one atomic step and never fail half-way with
-  ``SQLITE_BUSY_SNAPSHOT``;
+- pysqlite's own transaction handling is switched off (``isolation_level = None``) and every
+  transaction starts with an explicit ``BEGIN``: ``BEGIN IMMEDIATE`` for the repository's own
+  write transactions (leases, completions, enqueues, ``transaction()``), so a write holds the
+  write lock from its first statement and a lease's read and write are one atomic step that never
+  fails half-way with ``SQLITE_BUSY_SNAPSHOT``; a plain (deferred) ``BEGIN`` for everything else:
+  the repository's reads, and any connection a caller takes from :attr:`engine` (a handler's
+  report query, a ``Session``), which therefore takes no write lock until it writes and never
+  holds up the queue's own writes.  A caller's transaction whose first statement is a write takes
+  the lock at that statement, waiting as a write does; one that reads first and writes later can
+  ask for the lock up front with ``engine.connect().execution_options(tether_write=True)`` (else a
+  write committed by another connection in between makes its own write fail with "database is
+  locked");
 - no foreign keys.
 
 A "database is locked" that outlasts the busy timeout is retried with exponential backoff and,
@@ -132,7 +139,9 @@ def create_sqlite_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get("tether_write", True)
+        # Only the repository's write transactions (and callers who ask) take the write lock up
+        # front: a read holding it would stop every enqueue, lease and completion meanwhile.
+        write = conn.get_execution_options().get("tether_write", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine

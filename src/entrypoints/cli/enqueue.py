@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from tether.domain.errors import ValidationError
+from tether.domain.limits import int_digit_limit
 from tether.domain.validation import prepare_job
 from tether.entrypoints.cli.options import (
     AsJson,
@@ -29,6 +30,8 @@ def parse_payload(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError("payload", f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError:  # an integer longer than Python's int-to-str digit limit
+        raise ValidationError("payload", f"holds an integer of more than {int_digit_limit():,} digits") from None
 
 
 def parse_run_at(text: str | None) -> datetime | None:

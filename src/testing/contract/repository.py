@@ -17,7 +17,8 @@ function-scoped ``repository`` fixture that yields a fresh, empty repository (it
 The suite covers the acceptance cases C01-C04, C09a, C10, C11-C15 and C21 of
 ``shared/cases/README.md`` with their exact values, and the rest of the port: reads, lease limits
 and queue filters, lease-by-id, heartbeats, release, fenced batch completion (``complete_many``), the reaper, manual retry, purge, token
-uniqueness and the time rule.  Every time comes from the fake clock.  Slow backends may lower the
+uniqueness, the time rule, and the accepted ranges of numbers, times and text
+(:mod:`~tether.testing.contract.limits`).  Every time comes from the fake clock.  Slow backends may lower the
 knobs documented on :class:`~tether.testing.contract.support.ContractSupport`
 (``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ...).
 """
@@ -27,11 +28,14 @@ from __future__ import annotations
 from tether.testing.contract.batch import BatchCompletionContract
 from tether.testing.contract.enqueue import EnqueueContract
 from tether.testing.contract.leases import LeaseContract
+from tether.testing.contract.limits import LimitContract
 from tether.testing.contract.reads import ReadContract
 from tether.testing.contract.retries import RetryContract
 
 
-class RepositoryContract(EnqueueContract, LeaseContract, BatchCompletionContract, RetryContract, ReadContract):
+class RepositoryContract(
+    EnqueueContract, LeaseContract, BatchCompletionContract, RetryContract, ReadContract, LimitContract
+):
     """The whole repository contract.  No ``Test`` prefix: pytest collects only your subclass."""
 
 

@@ -94,10 +94,14 @@ class RetryContract(ContractSupport):
         assert {n: policy.backoff(n) for n in expected} == expected
         for attempt in (0, -1, -(10**9)):
             assert policy.backoff(attempt) == 1
-        for attempt in (1, 2, 10, 1075, 10**6, 10**100):
+        # with the default jitter j = 0.25: m = min(backoff, 300 / 1.25) and m <= delay <= 300
+        shortest = {1: 1, 2: 2, 9: 240, 10: 240, 1075: 240, 10**6: 240, 10**100: 240}
+        for attempt, m in shortest.items():
+            assert policy.shortest_delay(attempt) == m
             for r in (0.0, 0.5, 0.999999, 1.0):
                 delay = policy.delay(attempt, r)
-                assert math.isfinite(delay) and policy.backoff(attempt) <= delay <= policy.backoff(attempt) * 1.1
+                assert math.isfinite(delay) and m <= delay <= min(m * 1.25, 300)
+        assert (policy.delay(10, 0.0), policy.delay(10, 0.5), policy.delay(10, 1.0)) == (240, 270, 300)
 
     def test_c15a_one_attempt_and_a_transient_error_is_dead(self, repository: JobRepository, clock: FakeClock) -> None:
         job = self.add(repository, clock, max_attempts=1)
