@@ -106,7 +106,7 @@ class JobRepository(Protocol):
 
     def complete_many(self, items: Sequence[tuple[int, str]], *, now: datetime) -> list[Job | LeaseLost]:
         """Fenced completion of several running jobs, for a worker pool that flushes the
-        completions of several handler threads at once (issue 3, "fenced completion in batches").
+        completions of several handler threads at once.
 
         Args:
             items: ``(job_id, lease_token)`` pairs (usually distinct jobs).
@@ -148,7 +148,7 @@ class JobRepository(Protocol):
         limit: int,
     ) -> tuple[list[Job | LeaseLost], list[Job]]:
         """Fenced completion of ``items`` and a lease of up to ``limit`` more jobs, for a worker
-        pool whose completion flush also refills its free threads (issue 3, "drain").
+        pool whose completion flush also refills its free threads.
 
         The completions are exactly :meth:`complete_many` (each item its own compare-and-set on
         (id, ``running``, token), one answer per item in input order, LeaseLost returned for an

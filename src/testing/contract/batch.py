@@ -1,4 +1,4 @@
-"""Contract part: fenced batch completion (``complete_many``, issue 3 item 3) and completion with
+"""Contract part: fenced batch completion (``complete_many``) and completion with
 the next lease in one call (``complete_and_lease``).
 
 A worker pool flushes the completions of several handler threads in one call; every item must
