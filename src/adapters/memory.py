@@ -10,6 +10,9 @@ end, as a unique index would.
 
 Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed from heaps of jobs
 waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
+
+It is also a :class:`~tether.ports.worker_registry.WorkerRegistry`: one entry per worker pool,
+under the same lock.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order
 from tether.domain.lease import holds_lease, new_lease_token
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds, validate_worker_id
+from tether.domain.workers import WorkerEntry, with_gone_flag
 from tether.ports.repository import JobRepository
+from tether.ports.worker_registry import WorkerRegistry
 
 
 class MemoryTransaction:
@@ -42,8 +47,9 @@ class MemoryTransaction:
         self.open = True
 
 
-class InMemoryJobRepository(JobRepository):
-    """A complete :class:`~tether.ports.repository.JobRepository` held in process memory.
+class InMemoryJobRepository(JobRepository, WorkerRegistry):
+    """A complete :class:`~tether.ports.repository.JobRepository` (and
+    :class:`~tether.ports.worker_registry.WorkerRegistry`) held in process memory.
 
     Thread-safe (one lock).  Nothing survives the process: use it for tests, demos and as the
     fake in downstream test suites (see ``tether.testing``).
@@ -60,6 +66,7 @@ class InMemoryJobRepository(JobRepository):
         # queue -> heap of (-priority, scheduled_at, id) for leasable jobs that are due
         self._ready: dict[str, list[tuple[int, datetime, int]]] = {}
         self._running: set[int] = set()
+        self._workers: dict[str, WorkerEntry] = {}
 
     def __repr__(self) -> str:
         return f"InMemoryJobRepository(jobs={len(self._jobs)})"
@@ -209,6 +216,17 @@ class InMemoryJobRepository(JobRepository):
         due.sort(key=lease_order_key)
         return due[:limit]
 
+    def count_due_ahead(self, job: Job, *, now: datetime, limit: int) -> int:
+        now = ensure_utc(now, "now")
+        key = lease_order_key(job)
+        with self._lock:
+            ahead = sum(
+                1
+                for other in self._jobs.values()
+                if other.queue == job.queue and other.id != job.id and other.is_due(now) and lease_order_key(other) < key
+            )
+        return max(min(ahead, limit), 0)
+
     # -- leases ------------------------------------------------------------------------------
     def lease(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
@@ -320,6 +338,36 @@ class InMemoryJobRepository(JobRepository):
                 del self._jobs[job.id]
                 if job.idempotency_key is not None and self._keys.get(job.idempotency_key) == job.id:
                     del self._keys[job.idempotency_key]
+        return len(doomed)
+
+    # -- worker registry ---------------------------------------------------------------------
+    def record_worker(self, entry: WorkerEntry) -> None:
+        entry = attrs.evolve(
+            entry,
+            started_at=ensure_utc(entry.started_at, "started_at"),
+            last_seen_at=ensure_utc(entry.last_seen_at, "last_seen_at"),
+            gone=False,
+        )
+        with self._lock:
+            self._workers[entry.worker_id] = entry
+
+    def remove_worker(self, worker_id: str) -> bool:
+        with self._lock:
+            return self._workers.pop(worker_id, None) is not None
+
+    def list_workers(self, *, now: datetime) -> list[WorkerEntry]:
+        now = ensure_utc(now, "now")
+        with self._lock:
+            entries = list(self._workers.values())
+        entries.sort(key=lambda e: (e.started_at, e.worker_id))
+        return [with_gone_flag(e, now) for e in entries]
+
+    def prune_workers(self, *, older_than: datetime) -> int:
+        older_than = ensure_utc(older_than, "older_than")
+        with self._lock:
+            doomed = [w for w, e in self._workers.items() if e.last_seen_at < older_than]
+            for worker_id in doomed:
+                del self._workers[worker_id]
         return len(doomed)
 
     def close(self) -> None:

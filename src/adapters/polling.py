@@ -40,6 +40,9 @@ class PollingDispatcher(Dispatcher):
         ValidationError: an interval is not a positive finite number, or min > max.
     """
 
+    #: How worker pools on this dispatcher are listed in the worker registry.
+    kind = "polling"
+
     def __init__(
         self,
         repository: JobRepository,

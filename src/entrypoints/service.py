@@ -25,6 +25,7 @@ from typing import Any, Self, TypeVar, overload
 
 import attrs
 from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.explanation import DUE_AHEAD_LIMIT, Explanation, JobFacts, explain
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
@@ -35,6 +36,7 @@ from tether.domain.validation import (
     validate_int,
     validate_queue,
 )
+from tether.domain.workers import WorkerEntry
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.maintenance import Reaper, purge_finished
@@ -42,6 +44,7 @@ from tether.entrypoints.worker import WorkerPool, WorkerStats
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
+from tether.ports.worker_registry import WorkerRegistry
 
 logger = logging.getLogger("tether.service")
 
@@ -74,6 +77,9 @@ class Tether:
         max_payload_bytes: limit on a payload's canonical UTF-8 JSON, in bytes (default 65,536).
         default_queue: queue of jobs whose type has no registered queue and that name none.
         default_max_attempts: ``max_attempts`` when neither the call nor the handler gives one.
+        registry: where worker pools record themselves (:meth:`workers`); default: the
+            repository when it is a :class:`~tether.ports.worker_registry.WorkerRegistry` too (all of
+            Tether's are), else none.
 
     Raises:
         ValidationError: a bad default.
@@ -89,8 +95,12 @@ class Tether:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         default_queue: str = DEFAULT_QUEUE,
         default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        registry: WorkerRegistry | None = None,
     ) -> None:
         self.repository = repository
+        if registry is None and isinstance(repository, WorkerRegistry):
+            registry = repository
+        self.registry = registry
         self.dispatcher = dispatcher
         self.clock = clock
         if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
@@ -335,6 +345,38 @@ class Tether:
         free again.  Raises ValidationError for anything else."""
         return purge_finished(self.repository, self.clock, older_than)
 
+    def workers(self) -> builtins.list[WorkerEntry]:
+        """The worker registry: one :class:`~tether.domain.workers.WorkerEntry` per worker pool
+        that is running or stopped without a clean stop in the last day, oldest start first, each
+        with ``gone`` set (no refresh for a few heartbeat intervals; see
+        :func:`~tether.domain.workers.is_gone`).  Information only.
+
+        Raises:
+            ConfigurationError: this app's store keeps no worker registry.
+            StorageUnavailable: the store could not be reached.
+        """
+        if self.registry is None:
+            raise ConfigurationError(f"workers: {type(self.repository).__name__} keeps no worker registry")
+        return self.registry.list_workers(now=self.clock.now())
+
+    def explain(self, job_id: int) -> Explanation:
+        """Why the job is where it is, from the store alone: a one-line ``verdict`` (scheduled for
+        later, no live worker handles it, running on a worker, waiting behind N due jobs, retrying,
+        dead, completed ...) and the ``facts`` behind it (see :mod:`tether.domain.explanation`).
+        Reads the job, the worker registry (if the store keeps one) and, for a due job, a count of
+        the due jobs ahead of it (at most 10,000).  Never shows the lease token.
+
+        Raises:
+            JobNotFound; ValidationError: not a positive integer; StorageUnavailable.
+        """
+        job = self.repository.get(_job_id(job_id))
+        now = self.clock.now()
+        workers = None
+        if self.registry is not None and not job.status.is_terminal:
+            workers = tuple(self.registry.list_workers(now=now))
+        due_ahead = self.repository.count_due_ahead(job, now=now, limit=DUE_AHEAD_LIMIT) if job.is_due(now) else None
+        return explain(JobFacts(job, now, workers, due_ahead))
+
     def reap(self) -> builtins.list[Job]:
         """One reaper pass now: running jobs whose lease expired go to ``retrying`` (or ``dead``
         when out of attempts); returns them as written."""
@@ -379,6 +421,7 @@ class Tether:
             worker_id=worker_id,
             max_wait=max_wait,
             prefetch=prefetch,
+            registry=self.registry,
         )
         self._pools.append(pool)
         return pool

@@ -17,7 +17,10 @@ from tether.ports.repository import JobRepository
 
 @runtime_checkable
 class Dispatcher(Protocol):
-    """Hands leased jobs to workers."""
+    """Hands leased jobs to workers.
+
+    A dispatcher may name how it works in a ``kind`` class attribute (``"polling"``, ``"redis"``):
+    worker pools record it in the worker registry (else their dispatcher's class name)."""
 
     def notify(self, jobs: Sequence[Job]) -> None:
         """Tell workers these jobs were committed.  Called after commit; never raises (failures

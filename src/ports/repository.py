@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from tether.domain.errors import LeaseLost, StorageUnavailable
-from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
+from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 
 
 @runtime_checkable
@@ -79,6 +79,24 @@ class JobRepository(Protocol):
         """Up to ``limit`` queued/retrying jobs due at ``now``, in lease order, without leasing them
         (the Redis sweep re-publishes these)."""
         ...
+
+    def count_due_ahead(self, job: Job, *, now: datetime, limit: int) -> int:
+        """How many due jobs of ``job.queue`` come before ``job`` in lease order (priority DESC,
+        scheduled_at ASC, id ASC) at ``now`` (aware UTC), counting at most ``limit`` (>= 0): a
+        result equal to ``limit`` means "``limit`` or more".  ``job`` itself is never counted.
+        Used by ``app.explain``; never on the lease path.
+
+        This default reads up to ``limit + 1`` due jobs with :meth:`due_jobs`; the SQL adapters
+        count in the database, walking the queue's partial lease-order index.
+        """
+        if limit < 1:
+            return 0
+        key = lease_order_key(job)
+        ahead = 0
+        for other in self.due_jobs(now=now, queues=[job.queue], limit=limit + 1):
+            if other.id != job.id and lease_order_key(other) < key:
+                ahead += 1
+        return min(ahead, limit)
 
     # -- leases ------------------------------------------------------------------------------
     def lease(

@@ -6,7 +6,8 @@ jobs intact; a second run changes nothing; two concurrent upgrades of one Postgr
 succeed and apply each revision once; a failing revision leaves nothing behind; a revision this
 Tether does not ship is refused naming the URL without its password; and the head schema equals
 the SQLAlchemy table definition (Alembic's autogenerate diff is empty, and the reflected columns,
-constraints and partial indexes are identical to ``metadata.create_all``'s).
+constraints and partial indexes are identical to ``metadata.create_all``'s, for ``tether_jobs`` and
+``tether_workers`` alike).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sqlalchemy import MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from tether.adapters.sqlalchemy import migrations, open_repository
 from tether.adapters.sqlalchemy.migrations import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE
-from tether.adapters.sqlalchemy.schema import build_jobs_table
+from tether.adapters.sqlalchemy.schema import build_tables
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import NewJob
 from tether.domain.validation import prepare_job
@@ -82,7 +83,12 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
 
 # -- what a schema looks like ----------------------------------------------------------------------
 def describe(conn: Connection, schema: str | None) -> dict[str, Any]:
-    """The reflected shape of ``tether_jobs``: columns, keys, CHECKs, indexes with their predicates."""
+    """The reflected shapes of Tether's tables, by name (see :func:`describe_table`)."""
+    return {table: describe_table(conn, schema, table) for table in ("tether_jobs", "tether_workers")}
+
+
+def describe_table(conn: Connection, schema: str | None, table: str) -> dict[str, Any]:
+    """The reflected shape of ``table``: columns, keys, CHECKs, indexes with their predicates."""
     inspector = inspect(conn)
 
     def clean(value: Any) -> str:
@@ -91,11 +97,11 @@ def describe(conn: Connection, schema: str | None) -> dict[str, Any]:
     shape: dict[str, Any] = {
         "columns": [
             (c["name"], str(c["type"]), c["nullable"], clean(c.get("default")), c.get("autoincrement"))
-            for c in inspector.get_columns("tether_jobs", schema=schema)
+            for c in inspector.get_columns(table, schema=schema)
         ],
-        "primary_key": inspector.get_pk_constraint("tether_jobs", schema=schema)["constrained_columns"],
-        "unique": sorted((u["name"], tuple(u["column_names"])) for u in inspector.get_unique_constraints("tether_jobs", schema=schema)),
-        "checks": sorted((c["name"], c["sqltext"]) for c in inspector.get_check_constraints("tether_jobs", schema=schema)),
+        "primary_key": inspector.get_pk_constraint(table, schema=schema)["constrained_columns"],
+        "unique": sorted((u["name"], tuple(u["column_names"])) for u in inspector.get_unique_constraints(table, schema=schema)),
+        "checks": sorted((c["name"], c["sqltext"]) for c in inspector.get_check_constraints(table, schema=schema)),
         "indexes": sorted(
             (
                 i["name"],
@@ -105,17 +111,17 @@ def describe(conn: Connection, schema: str | None) -> dict[str, Any]:
                 repr(sorted((k, clean(v)) for k, v in (i.get("dialect_options") or {}).items())),
                 repr(sorted((i.get("column_sorting") or {}).items())),
             )
-            for i in inspector.get_indexes("tether_jobs", schema=schema)
+            for i in inspector.get_indexes(table, schema=schema)
         ),
     }
     if conn.dialect.name == "sqlite":
-        sql = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'tether_jobs'").scalar_one()
+        sql = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).scalar_one()
         shape["autoincrement"] = "AUTOINCREMENT" in sql
         # SQLite does not reflect an index column's DESC: compare the CREATE INDEX statements too
         shape["index_sql"] = sorted(
             " ".join(row[0].split())
             for row in conn.exec_driver_sql(
-                "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tether_jobs' AND sql IS NOT NULL"
+                "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", (table,)
             )
         )
     return shape
@@ -133,7 +139,7 @@ def head_shape_from_metadata(target: Target, tmp_path: Path) -> dict[str, Any]:
             if schema:
                 conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
             metadata = MetaData(schema=schema)
-            build_jobs_table(metadata)
+            build_tables(metadata)
             metadata.create_all(conn)
         with engine.connect() as conn:
             return describe(conn, schema)
@@ -160,18 +166,21 @@ def assert_at_head(target: Target, tmp_path: Path) -> None:
                 ),
             },
         )
-        metadata = build_jobs_table(MetaData(schema=target.schema)).metadata
+        metadata = build_tables(MetaData(schema=target.schema))[0].metadata
         assert compare_metadata(context, metadata) == []
     assert migrated == head_shape_from_metadata(target, tmp_path)
-    assert ("ux_tether_jobs_idempotency_key", ("idempotency_key",)) in [(i[0], i[1]) for i in migrated["indexes"]]
-    assert migrated["unique"] == []
+    jobs = migrated["tether_jobs"]
+    assert ("ux_tether_jobs_idempotency_key", ("idempotency_key",)) in [(i[0], i[1]) for i in jobs["indexes"]]
+    assert jobs["unique"] == []
+    workers = migrated["tether_workers"]
+    assert workers["primary_key"] == ["worker_id"] and workers["indexes"] == []
 
 
 # -- revisions ---------------------------------------------------------------------------------------
 def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
     revisions = migrations.shipped_revisions()
     assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
-    assert revisions[-1] == HEAD_REVISION == "0002"
+    assert revisions[-1] == HEAD_REVISION == "0003"
     assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
 
 
@@ -266,13 +275,15 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "ALTER TABLE app_jobs.tether_jobs DROP CONSTRAINT uq_tether_jobs_idempotency_key" in pg
     assert "INSERT INTO app_jobs.tether_alembic_version (version_num) VALUES ('0001')" in pg
     only_new = migrations.upgrade_sql("postgresql", None, from_version=1)
-    assert "CREATE TABLE" not in only_new and "UPDATE tether_alembic_version SET version_num='0002'" in only_new
+    assert "CREATE TABLE tether_jobs" not in only_new and "UPDATE tether_alembic_version SET version_num='0002'" in only_new
+    assert "CREATE TABLE tether_workers" in only_new and "UPDATE tether_alembic_version SET version_num='0003'" in only_new
+    assert "CREATE TABLE app_jobs.tether_workers" in pg
     lite = migrations.upgrade_sql("sqlite")
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite
     with pytest.raises(ConfigurationError, match="dialect: 'mysql' is not one of postgresql, sqlite"):
         migrations.upgrade_sql("mysql")
-    with pytest.raises(ValidationError, match="from_version: 3 is not a schema version"):
-        migrations.upgrade_sql("sqlite", from_version=3)
+    with pytest.raises(ValidationError, match=f"from_version: {SCHEMA_VERSION + 1} is not a schema version"):
+        migrations.upgrade_sql("sqlite", from_version=SCHEMA_VERSION + 1)
 
 
 def test_the_offline_sql_builds_the_head_schema_on_sqlite(tmp_path: Path) -> None:

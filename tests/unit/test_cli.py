@@ -228,7 +228,8 @@ def test_demo_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path: Path, a
 
 
 @pytest.mark.parametrize(
-    "command", [["jobs", "list"], ["jobs", "show", "1"], ["retry", "1"], ["purge", "--older-than", "0"], ["reap"]]
+    "command",
+    [["jobs", "list"], ["jobs", "show", "1"], ["jobs", "why", "1"], ["retry", "1"], ["purge", "--older-than", "0"], ["reap"]],
 )
 def test_commands_other_than_enqueue_do_not_create_a_database(tmp_path: Path, command: list[str]) -> None:
     path = tmp_path / "typo.db"

@@ -87,6 +87,9 @@ class RedisStreamsDispatcher(Dispatcher):
             (naming the argument).
     """
 
+    #: How worker pools on this dispatcher are listed in the worker registry.
+    kind = "redis"
+
     def __init__(
         self,
         repository: JobRepository,

@@ -1,7 +1,9 @@
-"""Rows of ``tether_jobs`` to :class:`~tether.domain.job.Job` and back."""
+"""Rows of ``tether_jobs`` to :class:`~tether.domain.job.Job` and back; rows of ``tether_workers`` to
+:class:`~tether.domain.workers.WorkerEntry` and back."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 from tether.domain.job import Job, JobStatus, NewJob
 from tether.domain.timeutil import UTC
 from tether.domain.transitions import create
+from tether.domain.workers import WorkerEntry
 
 
 def row_to_job(row: Any) -> Job:
@@ -109,4 +112,39 @@ def job_state_values(job: Job) -> dict[str, Any]:
     }
 
 
-__all__ = ["inserted_job", "job_state_values", "new_job_values", "row_to_job"]
+def row_to_worker(row: Any) -> WorkerEntry:
+    """The :class:`WorkerEntry` of a ``tether_workers`` row (``gone`` left False)."""
+    m: Mapping[str, Any] = row._mapping if hasattr(row, "_mapping") else row
+    return WorkerEntry(
+        worker_id=m["worker_id"],
+        host=m["host"],
+        pid=int(m["pid"]),
+        queues=None if m["queues"] is None else json.loads(m["queues"]),
+        job_types=json.loads(m["job_types"]),
+        concurrency=int(m["concurrency"]),
+        version=m["version"],
+        dispatcher=m["dispatcher"],
+        heartbeat_interval=float(m["heartbeat_interval"]),
+        started_at=m["started_at"],
+        last_seen_at=m["last_seen_at"],
+    )
+
+
+def worker_values(entry: WorkerEntry) -> dict[str, Any]:
+    """Column values of ``entry`` (every column; names as JSON arrays)."""
+    return {
+        "worker_id": entry.worker_id,
+        "host": entry.host,
+        "pid": entry.pid,
+        "queues": None if entry.queues is None else json.dumps(list(entry.queues)),
+        "job_types": json.dumps(list(entry.job_types)),
+        "concurrency": entry.concurrency,
+        "version": entry.version,
+        "dispatcher": entry.dispatcher,
+        "heartbeat_interval": float(entry.heartbeat_interval),
+        "started_at": entry.started_at,
+        "last_seen_at": entry.last_seen_at,
+    }
+
+
+__all__ = ["inserted_job", "job_state_values", "new_job_values", "row_to_job", "row_to_worker", "worker_values"]

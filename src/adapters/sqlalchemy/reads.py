@@ -1,19 +1,23 @@
-"""Reads on the SQL repository: one job by id, jobs listed by status and queue, counts per status."""
+"""Reads on the SQL repository: one job by id, jobs listed by status and queue, counts per status, and
+how many due jobs go before one job (``app.explain``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import and_, bindparam, func, literal, or_, select
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.mapping import row_to_job
+from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import SqlTransactions
 from tether.domain.errors import JobNotFound
 from tether.domain.job import Job, JobStatus
+from tether.domain.timeutil import ensure_utc
 
 
 class SqlReads(SqlTransactions):
-    """``get``, ``list_jobs`` and ``count_by_status``; and :meth:`_get_row`, the read of one row that
+    """``get``, ``list_jobs``, ``count_by_status`` and ``count_due_ahead``; and :meth:`_get_row`, the read of one row that
     the writes also use to learn the outcome of a write whose commit was interrupted."""
 
     def _get_row(self, conn: Connection, job_id: int) -> Row[Any] | None:
@@ -52,6 +56,37 @@ class SqlReads(SqlTransactions):
         for status, n in self._read("count jobs", lambda c: list(c.execute(stmt))):
             counts[JobStatus(status)] = int(n)
         return counts
+
+    def count_due_ahead(self, job: Job, *, now: datetime, limit: int) -> int:
+        """Due jobs of ``job.queue`` before ``job`` in lease order, at most ``limit``: one
+        ``SELECT count(*)`` over a ``LIMIT``-ed subquery on the queue's partial lease-order index
+        (``ix_tether_jobs_leasable_queue``), so its cost is bounded by ``limit`` rows."""
+        now = ensure_utc(now, "now")
+        if limit < 1:
+            return 0
+        t = self.table
+        before = or_(
+            t.c.priority > job.priority,
+            and_(
+                t.c.priority == job.priority,
+                or_(t.c.scheduled_at < job.scheduled_at, and_(t.c.scheduled_at == job.scheduled_at, t.c.id < job.id)),
+            ),
+        )
+        ahead = (
+            select(literal(1))
+            .where(
+                status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING),
+                t.c.queue == job.queue,
+                t.c.priority >= job.priority,  # a range of the index's (queue, priority DESC) prefix
+                t.c.scheduled_at <= now,
+                t.c.id != job.id,
+                before,
+            )
+            .limit(limit)
+            .subquery()
+        )
+        stmt = select(func.count()).select_from(ahead)
+        return int(self._read("count the jobs ahead", lambda c: c.execute(stmt).scalar_one()))
 
 
 __all__ = ["SqlReads"]

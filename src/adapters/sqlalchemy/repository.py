@@ -11,6 +11,8 @@ of one part per concern, each in its own module:
   ``release``: compare-and-set writes on a running job under its lease token;
 - :mod:`.maintenance`: ``reap``, ``retry_dead``, ``purge``;
 - :mod:`.reads`: ``get``, ``list_jobs``, ``count_by_status``;
+- :mod:`.worker_registry`: the worker registry (``record_worker``, ``list_workers``, ...) on
+  ``tether_workers``;
 
 and this module: construction, the schema (create, check, version, drop) and ``close``.
 
@@ -35,13 +37,18 @@ from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
 from tether.adapters.sqlalchemy.maintenance import SqlMaintenance
 from tether.adapters.sqlalchemy.reads import SqlReads
-from tether.adapters.sqlalchemy.schema import build_jobs_table, status_is
+from tether.adapters.sqlalchemy.schema import build_jobs_table, build_workers_table, status_is
+from tether.adapters.sqlalchemy.worker_registry import SqlWorkerRegistry
 from tether.domain.errors import ConfigurationError
 from tether.ports.repository import JobRepository
+from tether.ports.worker_registry import WorkerRegistry
 
 
-class SqlAlchemyJobRepository(SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMaintenance, SqlReads, JobRepository):
-    """A :class:`~tether.ports.repository.JobRepository` on a SQLAlchemy :class:`Engine`.
+class SqlAlchemyJobRepository(
+    SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMaintenance, SqlReads, SqlWorkerRegistry, JobRepository, WorkerRegistry
+):
+    """A :class:`~tether.ports.repository.JobRepository` (and
+    :class:`~tether.ports.worker_registry.WorkerRegistry`) on a SQLAlchemy :class:`Engine`.
 
     Args:
         engine: configured by the subclass (see :func:`tether.adapters.sqlalchemy.open_repository`).
@@ -58,6 +65,7 @@ class SqlAlchemyJobRepository(SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMainten
         engine: the SQLAlchemy engine (callers may use it for their own transactions).
         schema: the PostgreSQL schema holding ``tether_jobs`` (None: the default search path).
         table: the ``tether_jobs`` :class:`Table` bound to this repository's schema.
+        workers_table: the ``tether_workers`` :class:`Table` (the worker registry), same schema.
     """
 
     def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
@@ -65,6 +73,7 @@ class SqlAlchemyJobRepository(SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMainten
         self.schema = schema
         self.metadata = MetaData(schema=schema)
         self.table = build_jobs_table(self.metadata)
+        self.workers_table = build_workers_table(self.metadata)
         self._serial = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._closed = False
@@ -110,7 +119,7 @@ class SqlAlchemyJobRepository(SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMainten
             raise migrations.newer_schema_error(self.safe_url, found)
 
     def drop_schema(self) -> None:
-        """Drop ``tether_jobs`` and the version tables (tests and tear-down only: every job is lost)."""
+        """Drop ``tether_jobs``, ``tether_workers`` and the version tables (tests and tear-down only: every job is lost)."""
 
         def drop(conn: Connection) -> None:
             self.metadata.drop_all(conn, checkfirst=True)

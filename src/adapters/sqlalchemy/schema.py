@@ -1,6 +1,8 @@
-"""The ``tether_jobs`` table, its indexes, and the UTC datetime column type.
+"""The ``tether_jobs`` and ``tether_workers`` tables, their indexes, and the UTC datetime column type.
 
-One table holds every job.  Times are stored in one canonical, sortable form per database:
+One table holds every job; ``tether_workers`` holds the worker registry (one row per running worker
+pool, see :mod:`tether.domain.workers`: a few rows, read by people, written once per heartbeat
+interval per pool, so it has no index beyond its primary key).  Times are stored in one canonical, sortable form per database:
 
 - PostgreSQL: ``timestamptz`` (microsecond precision, compared by the server as instants);
 - SQLite: integer microseconds since the Unix epoch (``BIGINT``), so ``ORDER BY`` and ``<=``
@@ -38,6 +40,7 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     DateTime,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -53,6 +56,7 @@ from tether.domain.job import JobStatus
 from tether.domain.timeutil import UTC, ensure_utc, from_micros, to_micros
 
 TABLE_NAME = "tether_jobs"
+WORKERS_TABLE_NAME = "tether_workers"
 LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
 RUNNING_PREDICATE = "status = 'running'"
 FINISHED_PREDICATE = "finished_at IS NOT NULL"
@@ -163,6 +167,32 @@ def build_jobs_table(metadata: MetaData) -> Table:
     return table
 
 
+def build_workers_table(metadata: MetaData) -> Table:
+    """Define ``tether_workers`` (in ``metadata``'s schema), the worker registry; returns the Table.
+
+    ``queues`` and ``job_types`` are JSON arrays of names (``queues`` NULL: every queue)."""
+    return Table(
+        WORKERS_TABLE_NAME,
+        metadata,
+        Column("worker_id", String(200), primary_key=True),
+        Column("host", String(255), nullable=False),
+        Column("pid", Integer(), nullable=False),
+        Column("queues", Text(), nullable=True),
+        Column("job_types", Text(), nullable=False),
+        Column("concurrency", Integer(), nullable=False),
+        Column("version", String(64), nullable=False),
+        Column("dispatcher", String(64), nullable=False),
+        Column("heartbeat_interval", Float(), nullable=False),
+        Column("started_at", UtcDateTime(), nullable=False),
+        Column("last_seen_at", UtcDateTime(), nullable=False),
+    )
+
+
+def build_tables(metadata: MetaData) -> tuple[Table, Table]:
+    """Define every Tether table in ``metadata``: ``(tether_jobs, tether_workers)``."""
+    return build_jobs_table(metadata), build_workers_table(metadata)
+
+
 def status_is(column: Any, *statuses: JobStatus) -> ColumnElement[bool]:
     """``status = 'x'`` / ``status IN ('x', 'y')`` with the values inlined as SQL literals.
 
@@ -183,7 +213,10 @@ __all__ = [
     "LEASABLE_QUEUE_INDEX",
     "RUNNING_INDEX",
     "TABLE_NAME",
+    "WORKERS_TABLE_NAME",
     "UtcDateTime",
     "build_jobs_table",
+    "build_tables",
+    "build_workers_table",
     "status_is",
 ]

@@ -1,15 +1,24 @@
-"""``tether enqueue``: put one job in a queue, and the parsers of its ``--payload`` and ``--run-at``."""
+"""``tether enqueue``: put one job in a queue, and the parsers of its ``--payload`` and ``--run-at``.
+
+Without a Redis URL, ``enqueue`` cannot publish the job to workers that wait on Redis Streams: they
+find it only at their next sweep (up to ``sweep_interval``, 5 s by default, later).  After storing
+the job it reads the worker registry, and when live pools of the job's queue use Redis Streams it
+says so in one line on stderr, naming ``--redis-url`` and ``TETHER_REDIS_URL`` (the job is stored
+either way; reading the registry never fails the command).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from tether.domain.errors import ValidationError
+from tether.domain.errors import TetherError, ValidationError
 from tether.domain.limits import int_digit_limit
 from tether.domain.validation import prepare_job
+from tether.domain.workers import REDIS_DISPATCH
 from tether.entrypoints.cli.options import (
     AsJson,
     DatabaseUrl,
@@ -22,6 +31,9 @@ from tether.entrypoints.cli.options import (
 )
 from tether.entrypoints.cli.output import job_to_dict, print_json, short_time, stdout
 from tether.entrypoints.cli.values import FlagNamingCommand, integer, seconds
+
+if TYPE_CHECKING:
+    from tether.entrypoints.service import Tether
 
 
 def parse_payload(text: str) -> Any:
@@ -48,6 +60,25 @@ def parse_run_at(text: str | None) -> datetime | None:
     if value.tzinfo is None:
         raise ValidationError("run_at", f"{text!r} has no UTC offset; add one, e.g. {text}Z or {text}+02:00")
     return value
+
+
+def redis_workers_note(tether_app: Tether, queue: str) -> str | None:
+    """The stderr line for a job enqueued without a Redis URL on ``queue``, when live worker pools
+    of that queue wait on Redis Streams (they find it only at their next sweep); else None.
+    Information only: an unreadable registry gives None."""
+    try:
+        workers = tether_app.workers()
+    except TetherError:
+        return None
+    on_redis = [w for w in workers if not w.gone and w.dispatcher == REDIS_DISPATCH and w.serves(queue)]
+    if not on_redis:
+        return None
+    pools, wait = ("pool", "waits") if len(on_redis) == 1 else ("pools", "wait")
+    return (
+        f"tether: note: {len(on_redis)} live worker {pools} of queue {queue} {wait} on Redis Streams "
+        f"(e.g. {on_redis[0].worker_id}); without --redis-url (or TETHER_REDIS_URL) they see this job only at "
+        "their next sweep, seconds late"
+    )
 
 
 def enqueue(
@@ -111,6 +142,7 @@ def enqueue(
             max_attempts=max_attempts,
             idempotency_key=idempotency_key,
         )
+        note = redis_workers_note(tether_app, result.job.queue) if settings.redis_url is None and result.created else None
     job = result.job
     if as_json:
         print_json({"created": result.created, "job": job_to_dict(job)})
@@ -120,6 +152,8 @@ def enqueue(
         stdout().print(
             f"job {job.id} already holds idempotency key {job.idempotency_key!r} ({job.status.value}); nothing enqueued"
         )
+    if note is not None:
+        print(note, file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:
@@ -127,4 +161,4 @@ def register(app: typer.Typer) -> None:
     app.command(cls=FlagNamingCommand)(enqueue)
 
 
-__all__ = ["enqueue", "parse_payload", "parse_run_at", "register"]
+__all__ = ["enqueue", "parse_payload", "parse_run_at", "redis_workers_note", "register"]

@@ -1,9 +1,10 @@
-"""``tether jobs list`` and ``tether jobs show``: look at stored jobs, as a table or as JSON."""
+"""``tether jobs list``, ``tether jobs show`` and ``tether jobs why``: look at stored jobs, as a table or as JSON."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -19,7 +20,7 @@ from tether.entrypoints.cli.options import (
     load_settings,
     open_app,
 )
-from tether.entrypoints.cli.output import job_to_dict, print_json, stdout
+from tether.entrypoints.cli.output import explanation_to_dict, job_to_dict, print_json, short_time, stdout
 from tether.entrypoints.cli.values import FlagNamingCommand, choice, integer
 
 jobs_app = typer.Typer(help="Look at jobs.", no_args_is_help=True, rich_markup_mode=None)
@@ -119,9 +120,48 @@ def jobs_show(
     stdout().print(table)
 
 
+@jobs_app.command("why", cls=FlagNamingCommand)
+def jobs_why(
+    job_id: Annotated[int, typer.Argument(parser=integer(), metavar="ID", help="The job's id.")],
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
+    """Say why a job is where it is: one line, then the facts behind it."""
+    settings = load_settings(
+        database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
+    )
+    with open_app(settings) as tether_app:
+        explanation = tether_app.explain(job_id)
+    if as_json:
+        print_json(explanation_to_dict(explanation))
+        return
+    print(f"job {explanation.job_id}: {explanation.verdict}")
+    capped = explanation.fact("due_ahead_capped") is True
+    for fact in explanation.facts:
+        if fact.name == "due_ahead_capped":
+            continue
+        text = f"{fact.value:,}+" if fact.name == "due_ahead" and capped else _fact_text(fact.value)
+        print(f"  {fact.name + ':':<21}{text}")
+
+
+def _fact_text(value: Any) -> str:
+    """A fact's value on one line: times as ``YYYY-MM-DD HH:MM:SS UTC``, names comma-separated."""
+    if isinstance(value, datetime):
+        return f"{short_time(value)} UTC"
+    if isinstance(value, tuple):
+        return ", ".join(value) if value else "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``tether jobs`` group to ``app``."""
     app.add_typer(jobs_app, name="jobs")
 
 
-__all__ = ["jobs_app", "jobs_list", "jobs_show", "register"]
+__all__ = ["jobs_app", "jobs_list", "jobs_show", "jobs_why", "register"]

@@ -1,4 +1,5 @@
-"""What the ``tether`` commands print: the stdout console, JSON, times, and a job as JSON-ready data."""
+"""What the ``tether`` commands print: the stdout console, JSON, times, and jobs, worker entries and
+explanations as JSON-ready data."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console
+from tether.domain.explanation import Explanation
 from tether.domain.job import Job
+from tether.domain.workers import WorkerEntry
 
 #: Line width when stdout is a pipe or file and COLUMNS is unset: wide enough that no column of
 #: ``jobs list`` is cut (Rich would assume 80), so ``| grep`` and ``> file`` see whole values.
@@ -59,4 +62,52 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     }
 
 
-__all__ = ["PIPE_WIDTH", "iso", "job_to_dict", "print_json", "short_time", "stdout"]
+def worker_to_dict(worker: WorkerEntry) -> dict[str, Any]:
+    """A JSON-ready view of a worker registry entry (times ISO 8601 UTC; ``queues`` null: every queue)."""
+    return {
+        "worker_id": worker.worker_id,
+        "status": worker.status,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": None if worker.queues is None else list(worker.queues),
+        "job_types": list(worker.job_types),
+        "concurrency": worker.concurrency,
+        "dispatcher": worker.dispatcher,
+        "version": worker.version,
+        "heartbeat_interval": worker.heartbeat_interval,
+        "started_at": iso(worker.started_at),
+        "last_seen_at": iso(worker.last_seen_at),
+    }
+
+
+def fact_value(value: Any) -> Any:
+    """A fact's value as JSON: times ISO 8601, names as a list, the rest as it is."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def explanation_to_dict(explanation: Explanation) -> dict[str, Any]:
+    """A JSON-ready view of ``app.explain``'s answer: the verdict, its reason, and the facts by name."""
+    return {
+        "job_id": explanation.job_id,
+        "status": explanation.status.value,
+        "reason": explanation.reason,
+        "verdict": explanation.verdict,
+        "facts": {fact.name: fact_value(fact.value) for fact in explanation.facts},
+    }
+
+
+__all__ = [
+    "PIPE_WIDTH",
+    "explanation_to_dict",
+    "fact_value",
+    "iso",
+    "job_to_dict",
+    "print_json",
+    "short_time",
+    "stdout",
+    "worker_to_dict",
+]

@@ -32,7 +32,9 @@ module that owns its thread and its state.  How one job passes between them:
 5. **Meanwhile** (:mod:`.heartbeats`, thread ``tether-heartbeat``): every
    ``heartbeat_interval`` seconds each held lease is extended to ``now + lease_timeout`` (jobs
    running, prefetched, or waiting for their completion to be written); a refused heartbeat
-   cancels that job's context.  The reaper runs every ``reap_interval`` seconds with the
+   cancels that job's context.  After each pass the same thread refreshes the pool's entry in the
+   worker registry (:mod:`.presence`: recorded at start, removed at a clean stop; information
+   only).  The reaper runs every ``reap_interval`` seconds with the
    dispatcher's upkeep (``tether-maintenance``, :mod:`tether.entrypoints.maintenance`).
 6. **Shutdown** (:mod:`.shutdown`; :meth:`WorkerPool.stop`, or SIGINT/SIGTERM under
    :meth:`WorkerPool.run`): no lease is taken after the request; prefetched jobs, and jobs a

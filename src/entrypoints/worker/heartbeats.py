@@ -6,13 +6,15 @@ outcome is being written (waiting in a completion batch, or retried after a stor
 A refused heartbeat (``LeaseLost``: the reaper or another worker took the job) cancels that job's
 context and is counted; for a job whose outcome is being written it changes nothing, as that
 write reports its own result.  Any other error is logged (rate-limited) and the lease is tried
-again at the next beat.
+again at the next beat.  After each pass the thread runs its ``on_beat`` callback, if given: the pool
+refreshes its worker registry entry there (:mod:`.presence`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import attrs
 from tether.adapters.log_limits import RateLimitedLog
@@ -52,6 +54,7 @@ class Heartbeats:
         lease_timeout: seconds each extended lease lasts from now.
         worker_id: for logs.
         ratelog: the pool's rate-limited log.
+        on_beat: called after each pass, on this thread (must not raise).
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class Heartbeats:
         lease_timeout: float,
         worker_id: str,
         ratelog: RateLimitedLog,
+        on_beat: Callable[[], object] | None = None,
     ) -> None:
         self._held = held
         self._counts = counts
@@ -74,6 +78,7 @@ class Heartbeats:
         self._lease_timeout = lease_timeout
         self._worker_id = worker_id
         self._ratelog = ratelog
+        self._on_beat = on_beat
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tether-heartbeat", daemon=True)
 
@@ -125,6 +130,8 @@ class Heartbeats:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             self.beat_once()
+            if self._on_beat is not None:
+                self._on_beat()
 
 
 __all__ = ["Beat", "Heartbeats"]

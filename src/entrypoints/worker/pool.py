@@ -30,12 +30,14 @@ from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.heartbeats import Heartbeats
 from tether.entrypoints.worker.held import HeldJobs
 from tether.entrypoints.worker.outcomes import Outcomes
+from tether.entrypoints.worker.presence import Presence
 from tether.entrypoints.worker.runner import ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
 from tether.entrypoints.worker.stats import Counts, WorkerStats
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
+from tether.ports.worker_registry import WorkerRegistry
 
 logger = logging.getLogger("tether.worker")
 
@@ -69,6 +71,8 @@ class WorkerPool:
             fewer while handlers are slow (see
             :data:`~tether.entrypoints.worker.acquirer.PREFETCH_HORIZON`).  A prefetched job is
             heartbeated like a running one, and released unstarted at shutdown.
+        registry: where the pool records itself while it runs (see :mod:`.presence`): at start,
+            at every heartbeat, removed at a clean stop; None records nothing.
 
     Raises:
         ValidationError: naming the bad argument.
@@ -91,6 +95,7 @@ class WorkerPool:
         worker_id: str | None = None,
         max_wait: float = 1.0,
         prefetch: int | None = None,
+        registry: WorkerRegistry | None = None,
     ) -> None:
         self.repository = repository
         self.dispatcher = dispatcher
@@ -148,9 +153,15 @@ class WorkerPool:
         refill = acquirer.refill(handlers_busy=runner.busy)
         if refill is not None:
             completions.refill_with(refill)
+        self._presence = presence = Presence(
+            registry=registry, clock=clock, worker_id=self.worker_id, queues=self.queues, handlers=handlers,
+            concurrency=self.concurrency, heartbeat_interval=self.heartbeat_interval, dispatcher=dispatcher,
+            ratelog=ratelog,
+        )
         self._heartbeats = Heartbeats(
             held=held, counts=counts, repository=repository, clock=clock, interval=self.heartbeat_interval,
             lease_timeout=self.lease_timeout, worker_id=self.worker_id, ratelog=ratelog,
+            on_beat=presence.refresh_once,
         )
         self._maintenance = MaintenanceLoop(
             Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
@@ -188,6 +199,7 @@ class WorkerPool:
             self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
         )
+        self._presence.announce()
         self._completions.start()
         self._runner.start()
         self._heartbeats.start()
@@ -225,6 +237,7 @@ class WorkerPool:
         # cancellation; they are daemon threads, so wait only briefly.
         self._runner.join(deadline=time.monotonic() + 1.0)
         self._heartbeats.join(5.0)
+        self._presence.withdraw()
         self._completions.close()
         stats = self.stats
         logger.info("worker %s stopped: %s", self.worker_id, stats)

@@ -1,8 +1,9 @@
 """Public contract suites: any repository or dispatcher, ours or a third party's, runs them by supplying a fixture.
 
 ``from tether.testing.contract import RepositoryContract`` (needs pytest; see
-:mod:`tether.testing.contract.repository`); ``DispatcherContract`` lives in
-:mod:`tether.testing.contract.dispatcher` and is loaded only when asked for.
+:mod:`tether.testing.contract.repository`); ``DispatcherContract`` (in
+:mod:`tether.testing.contract.dispatcher`) and ``WorkerRegistryContract`` (in
+:mod:`tether.testing.contract.worker_registry`) are loaded only when asked for.
 """
 
 from __future__ import annotations
@@ -10,6 +11,13 @@ from __future__ import annotations
 from tether._lazy import lazy_names as _lazy_names
 from tether.testing.contract.repository import RepositoryContract
 
-__all__ = ["DispatcherContract", "RepositoryContract"]
+__all__ = ["DispatcherContract", "RepositoryContract", "WorkerRegistryContract"]
 
-__getattr__, __dir__ = _lazy_names(__name__, globals(), {"DispatcherContract": "tether.testing.contract.dispatcher"})
+__getattr__, __dir__ = _lazy_names(
+    __name__,
+    globals(),
+    {
+        "DispatcherContract": "tether.testing.contract.dispatcher",
+        "WorkerRegistryContract": "tether.testing.contract.worker_registry",
+    },
+)

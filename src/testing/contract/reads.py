@@ -16,7 +16,7 @@ from tether.testing.contract.support import ContractSupport
 
 
 class ReadContract(ContractSupport):
-    """get, list_jobs, count_by_status, due_jobs; and the time rule on every method."""
+    """get, list_jobs, count_by_status, due_jobs, count_due_ahead; and the time rule on every method."""
 
     def test_get_unknown_job_raises_job_not_found(self, repository: JobRepository, clock: FakeClock) -> None:
         with pytest.raises(JobNotFound) as info:
@@ -79,6 +79,34 @@ class ReadContract(ContractSupport):
         later = clock.now() + timedelta(seconds=3600)
         assert ids["a_later"] in [j.id for j in repository.due_jobs(now=later, queues=["a"], limit=10)]
 
+    def test_count_due_ahead_counts_the_due_jobs_of_its_queue_that_go_first(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        first = self.add(repository, clock, priority=5)
+        early = self.add(repository, clock, run_at=clock.now() - timedelta(seconds=30))
+        self.add(repository, clock)  # same priority and due time: the lower id goes first
+        target = self.add(repository, clock)
+        after = self.add(repository, clock)  # a higher id
+        self.add(repository, clock, priority=9, delay=60)  # not due yet
+        self.add(repository, clock, priority=9, queue="other")  # another queue
+        running = self.add(repository, clock, priority=9)
+        assert self.lease_one(repository, clock, queues=["default"]).id == running.id  # running: not waiting
+        self.add(repository, clock, priority=1)
+        leased = self.lease_one(repository, clock, queues=["default"])
+        assert leased.id == first.id
+        repository.fail(leased.id, self.token_of(leased), now=clock.now(), error="E", retry_at=clock.now())
+        now = clock.now()
+        target = repository.get(target.id)
+        # ahead of target: first (retrying, priority 5), the priority-1 job, early, same
+        assert repository.count_due_ahead(target, now=now, limit=100) == 4
+        assert repository.count_due_ahead(target, now=now, limit=3) == 3  # "3 or more"
+        assert repository.count_due_ahead(target, now=now, limit=0) == 0
+        assert repository.count_due_ahead(repository.get(early.id), now=now, limit=100) == 2
+        assert repository.count_due_ahead(repository.get(first.id), now=now, limit=100) == 0
+        assert repository.count_due_ahead(repository.get(after.id), now=now, limit=100) == 5
+        assert repository.count_due_ahead(target, now=now + timedelta(seconds=60), limit=100) == 5  # the 9 became due
+        assert repository.get(target.id) == target  # a read: nothing changed
+
     # -- naive datetimes ---------------------------------------------------------------------
     def test_naive_datetimes_are_rejected_before_any_write(self, repository: JobRepository, clock: FakeClock) -> None:
         naive = clock.now().replace(tzinfo=None)
@@ -106,6 +134,7 @@ class ReadContract(ContractSupport):
             ("now", lambda: repository.lease(queues=None, worker_id="w", now=naive, lease_timeout=60)),
             ("now", lambda: repository.lease_job(job.id, worker_id="w", now=naive, lease_timeout=60)),
             ("now", lambda: repository.due_jobs(now=naive, queues=None, limit=10)),
+            ("now", lambda: repository.count_due_ahead(job, now=naive, limit=10)),
             ("now", lambda: repository.complete(held.id, token, now=naive)),
             ("now", lambda: repository.fail(held.id, token, now=naive, error="E", retry_at=None)),
             ("retry_at", lambda: repository.fail(held.id, token, now=clock.now(), error="E", retry_at=naive)),

@@ -18,11 +18,11 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import MetaData
 from tether.adapters.sqlalchemy.migrations import VERSION_TABLE, is_tether_table
-from tether.adapters.sqlalchemy.schema import build_jobs_table
+from tether.adapters.sqlalchemy.schema import build_tables
 
 config = context.config
 schema = config.attributes.get("tether_schema")
-target_metadata = build_jobs_table(MetaData(schema=schema)).metadata
+target_metadata = build_tables(MetaData(schema=schema))[0].metadata
 
 
 def _include_name(name: str | None, type_: str, parent_names: object) -> bool:
