@@ -26,6 +26,7 @@ from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
 from tether.domain.timeutil import ensure_utc
+from tether.domain.validation import CANCEL_BATCH_LIMIT, CANCELLABLE_STATUSES, validate_cancel_statuses, validate_int
 from tether.ports.repository import JobRepository
 
 
@@ -181,6 +182,11 @@ class InMemoryJobRepository(JobRepository):
             raise JobNotFound(job_id)
         return job
 
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        with self._lock:
+            job_id = self._keys.get(idempotency_key)
+            return None if job_id is None else self._jobs.get(job_id)
+
     def list_jobs(
         self, *, status: JobStatus | None = None, queue: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Job]:
@@ -191,11 +197,14 @@ class InMemoryJobRepository(JobRepository):
         jobs.sort(key=lambda j: j.id)
         return jobs[offset : offset + limit]
 
-    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
+    def count_by_status(
+        self, *, queue: str | None = None, job_types: Sequence[str] | None = None
+    ) -> dict[JobStatus, int]:
         counts = {s: 0 for s in JobStatus}
+        types = None if job_types is None else set(job_types)
         with self._lock:
             for job in self._jobs.values():
-                if queue is None or job.queue == queue:
+                if (queue is None or job.queue == queue) and (types is None or job.job_type in types):
                     counts[job.status] += 1
         return counts
 
@@ -273,6 +282,49 @@ class InMemoryJobRepository(JobRepository):
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
         now = ensure_utc(now, "now")
         return self._apply(job_id, token, lambda j: transitions.release(j, token=token, now=now))
+
+    def snooze(self, job_id: int, token: str, *, now: datetime, until: datetime) -> Job:
+        now = ensure_utc(now, "now")
+        until = ensure_utc(until, "until")
+        return self._apply(job_id, token, lambda j: transitions.snooze(j, token=token, now=now, until=until))
+
+    # -- operators ---------------------------------------------------------------------------
+    def cancel(self, job_id: int, *, now: datetime) -> Job:
+        now = ensure_utc(now, "now")
+        with self._lock:
+            job = transitions.cancel(self.get(job_id), now=now)
+            self._store(job)
+            return job
+
+    def cancel_many(
+        self,
+        *,
+        now: datetime,
+        queues: Sequence[str] | None = None,
+        statuses: Sequence[JobStatus] | None = None,
+        job_types: Sequence[str] | None = None,
+        after_id: int = 0,
+        limit: int = 1000,
+    ) -> list[Job]:
+        now = ensure_utc(now, "now")
+        wanted = validate_cancel_statuses(statuses) or CANCELLABLE_STATUSES
+        limit = validate_int(limit, "limit", 1, CANCEL_BATCH_LIMIT)
+        cancelled: list[Job] = []
+        with self._lock:
+            for job_id in sorted(i for i in self._jobs if i > after_id):
+                job = self._jobs[job_id]
+                if (
+                    job.status in wanted
+                    and job.cancel_requested_at is None
+                    and (queues is None or job.queue in queues)
+                    and (job_types is None or job.job_type in job_types)
+                ):
+                    job = transitions.cancel(job, now=now)
+                    self._store(job)
+                    cancelled.append(job)
+                    if len(cancelled) >= limit:
+                        break
+        return cancelled
 
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:

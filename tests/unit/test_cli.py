@@ -80,8 +80,8 @@ BAD_INPUT = [
     (["enqueue", "x", "--delay", "-1"], "--delay: must be >= 0 seconds, got -1.0"),
     (["enqueue", "x", "--delay", "soon"], "--delay: must be a number of seconds, got 'soon'"),
     (["enqueue", "x", "--idempotency-key", ""], "--idempotency-key: must be a string of 1-255 characters"),
-    (["jobs", "list", "--status", "finished"], "--status: must be one of queued, running, retrying, completed, dead, got 'finished'"),
-    (["jobs", "list", "-s", "bogus"], "--status: must be one of queued, running, retrying, completed, dead, got 'bogus'"),
+    (["jobs", "list", "--status", "finished"], "--status: must be one of queued, running, retrying, completed, dead, cancelled, got 'finished'"),
+    (["jobs", "list", "-s", "bogus"], "--status: must be one of queued, running, retrying, completed, dead, cancelled, got 'bogus'"),
     (["jobs", "list", "--queue", "a b"], "--queue: 'a b' is not a queue name"),
     (["jobs", "list", "--limit", "0"], "--limit: must be an integer from 1 to 10,000, got 0"),
     (["jobs", "list", "-n", "many"], "--limit: must be an integer from 1 to 10,000, got 'many'"),
@@ -306,7 +306,7 @@ def test_enqueue_list_show_with_idempotency(db: str) -> None:
 
     listed = cli_json("jobs", "list", "--database-url", db)
     assert [j["id"] for j in listed["jobs"]] == [job["id"], later["id"], at["id"]]
-    assert listed["counts"] == {"queued": 3, "running": 0, "retrying": 0, "completed": 0, "dead": 0}
+    assert listed["counts"] == {"queued": 3, "running": 0, "retrying": 0, "completed": 0, "dead": 0, "cancelled": 0}
     assert [j["id"] for j in cli_json("jobs", "list", "--queue", "mail", "--database-url", db)["jobs"]] == [job["id"]]
     assert cli_json("jobs", "list", "--status", "dead", "--database-url", db)["jobs"] == []
     assert len(cli_json("jobs", "list", "--limit", "2", "--offset", "1", "--database-url", db)["jobs"]) == 2

@@ -8,9 +8,10 @@ of one part per concern, each in its own module:
 - :mod:`.enqueue`: ``enqueue`` and ``enqueue_many``, idempotency keys;
 - :mod:`.leases`: ``lease``, ``lease_job``, ``due_jobs`` (due jobs in lease order);
 - :mod:`.fenced_writes`: ``complete``, ``complete_many``, ``fail``, ``dead_letter``, ``heartbeat``,
-  ``release``: compare-and-set writes on a running job under its lease token;
+  ``release``, ``snooze``: compare-and-set writes on a running job under its lease token;
 - :mod:`.maintenance`: ``reap``, ``retry_dead``, ``purge``;
-- :mod:`.reads`: ``get``, ``list_jobs``, ``count_by_status``;
+- :mod:`.cancellation`: ``cancel`` and ``cancel_many`` (an operator's cancel);
+- :mod:`.reads`: ``get``, ``find_by_key``, ``list_jobs``, ``count_by_status``;
 
 and this module: construction, the schema (create, check, version, drop) and ``close``.
 
@@ -30,6 +31,7 @@ from typing import Any
 from sqlalchemy import MetaData, inspect
 from sqlalchemy.engine import Connection, Engine
 from tether.adapters.sqlalchemy import migrations
+from tether.adapters.sqlalchemy.cancellation import SqlCancellation
 from tether.adapters.sqlalchemy.enqueue import SqlEnqueue
 from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
@@ -40,7 +42,9 @@ from tether.domain.errors import ConfigurationError
 from tether.ports.repository import JobRepository
 
 
-class SqlAlchemyJobRepository(SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMaintenance, SqlReads, JobRepository):
+class SqlAlchemyJobRepository(
+    SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMaintenance, SqlCancellation, SqlReads, JobRepository
+):
     """A :class:`~tether.ports.repository.JobRepository` on a SQLAlchemy :class:`Engine`.
 
     Args:
