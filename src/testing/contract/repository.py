@@ -17,21 +17,25 @@ function-scoped ``repository`` fixture that yields a fresh, empty repository (it
 The suite covers the acceptance cases C01-C04, C09a, C10, C11-C15 and C21 of
 ``shared/cases/README.md`` with their exact values, and the rest of the port: reads, lease limits
 and queue filters, lease-by-id, heartbeats, release, fenced batch completion (``complete_many``), the reaper, manual retry, purge, token
-uniqueness and the time rule.  Every time comes from the fake clock.  Slow backends may lower the
+uniqueness and the time rule; an operator's cancel (one job or by filter) and the holder's snooze,
+with cancels racing leases, completions (single and batch), failures, heartbeats and the reaper.  Every time comes from the fake clock.  Slow backends may lower the
 knobs documented on :class:`~tether.testing.contract.support.ContractSupport`
-(``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ...).
+(``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ``cancel_race_jobs``, ...).
 """
 
 from __future__ import annotations
 
 from tether.testing.contract.batch import BatchCompletionContract
+from tether.testing.contract.cancellation import CancellationContract
 from tether.testing.contract.enqueue import EnqueueContract
 from tether.testing.contract.leases import LeaseContract
 from tether.testing.contract.reads import ReadContract
 from tether.testing.contract.retries import RetryContract
 
 
-class RepositoryContract(EnqueueContract, LeaseContract, BatchCompletionContract, RetryContract, ReadContract):
+class RepositoryContract(
+    EnqueueContract, LeaseContract, BatchCompletionContract, RetryContract, CancellationContract, ReadContract
+):
     """The whole repository contract.  No ``Test`` prefix: pytest collects only your subclass."""
 
 
