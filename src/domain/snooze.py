@@ -7,7 +7,7 @@ from datetime import timedelta
 from tether.domain.validation import validate_snooze_seconds
 
 
-class Snooze(Exception):  # noqa: N818 - named for what the handler asks, as PermanentError is
+class Snooze(Exception):
     """Raise from a handler to give the job back and run it again ``seconds`` from now.
 
     The job goes back to ``queued``, due ``seconds`` later, with this attempt given back (it does

@@ -200,6 +200,16 @@ class JobModel:
             raise ModelInvalid(ordinal)
         return job
 
+    def cancel_many(self, *, now: datetime, queues: tuple[str, ...] | None, limit: int) -> list[ModelJob]:
+        """Cancel the first ``limit`` jobs by ordinal of these queues that a cancel still changes
+        (queued, retrying, or running without a request yet)."""
+        chosen = [
+            j for j in sorted(self.jobs.values(), key=lambda j: j.ordinal)
+            if (queues is None or j.queue in queues)
+            and (j.status in (QUEUED, RETRYING) or (j.status == RUNNING and j.cancel_requested_at is None))
+        ][:limit]
+        return [self.cancel(j.ordinal, now=now) for j in chosen]
+
     # -- maintenance -------------------------------------------------------------------------
     def expired(self, now: datetime) -> list[int]:
         return sorted(

@@ -26,8 +26,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import MetaData, create_engine, insert, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from tether.adapters.sqlalchemy import migrations, open_repository
-from tether.adapters.sqlalchemy.migrations import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE
 from tether.adapters.sqlalchemy.mapping import inserted_job, new_job_values
+from tether.adapters.sqlalchemy.migrations import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE
 from tether.adapters.sqlalchemy.schema import build_jobs_table
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import Job, JobStatus, NewJob

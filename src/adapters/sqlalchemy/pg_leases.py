@@ -45,7 +45,6 @@ from tether.domain.job import Job, JobStatus, lease_order_key
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds, validate_worker_id
 
-
 #: The status a fenced completion writes on the row ``j``: ``cancelled`` when an operator asked to
 #: cancel the job while it ran (:func:`tether.domain.transitions.complete`), else ``completed``.
 COMPLETED_OR_CANCELLED = "CASE WHEN j.cancel_requested_at IS NULL THEN 'completed' ELSE 'cancelled' END"
