@@ -209,11 +209,30 @@ class InMemoryJobRepository(JobRepository):
         return counts
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
+        """The first ``limit`` due jobs in lease order, read from the ready heaps best first
+        (O(limit log n) plus the stale entries met on the way), without leasing them."""
         now = ensure_utc(now, "now")
+        due: list[Job] = []
         with self._lock:
-            due = [j for j in self._jobs.values() if j.is_due(now) and (queues is None or j.queue in queues)]
-        due.sort(key=lease_order_key)
-        return due[:limit]
+            names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
+            frontier: list[tuple[tuple[int, datetime, int], str, int]] = []
+            for name in names:
+                self._promote(name, now)
+                ready = self._ready.get(name)
+                if ready:
+                    frontier.append((ready[0], name, 0))
+            heapq.heapify(frontier)
+            seen: set[int] = set()
+            while frontier and len(due) < limit:
+                entry, name, index = heapq.heappop(frontier)
+                ready = self._ready[name]
+                for child in (2 * index + 1, 2 * index + 2):  # a heap's children are never better than it
+                    if child < len(ready):
+                        heapq.heappush(frontier, (ready[child], name, child))
+                if entry[2] not in seen and self._valid_ready(entry):
+                    seen.add(entry[2])
+                    due.append(self._jobs[entry[2]])
+        return due
 
     # -- leases ------------------------------------------------------------------------------
     def lease(

@@ -158,6 +158,9 @@ class RepositoryStateMachine(MachineBase):
     def lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int) -> None:
         now = self.clock.now()
         expected = self.model.next_leases(now=now, queues=queue_filter, limit=limit)
+        listed = self.repository.due_jobs(now=now, queues=None if queue_filter is None else list(queue_filter), limit=limit)
+        assert [self._ordinal(j) for j in listed] == expected, (
+            f"due_jobs gave {[describe(j) for j in listed]}, the model's lease order says ordinals {expected}")
         got = self.repository.lease(
             queues=None if queue_filter is None else list(queue_filter), worker_id=worker, now=now,
             lease_timeout=LEASE_TIMEOUT, limit=limit,
