@@ -1,4 +1,5 @@
-"""``tether jobs list`` and ``tether jobs show``: look at stored jobs, as a table or as JSON."""
+"""``tether jobs list`` and ``tether jobs show``: look at stored jobs, as a table or as JSON; ``tether
+jobs cancel`` lives in :mod:`.cancel`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import typer
 from rich import box
 from rich.table import Table
 from tether.domain.job import JobStatus
+from tether.entrypoints.cli.cancel import jobs_cancel
 from tether.entrypoints.cli.options import (
     AsJson,
     DatabaseUrl,
@@ -22,7 +24,7 @@ from tether.entrypoints.cli.options import (
 from tether.entrypoints.cli.output import job_to_dict, print_json, stdout
 from tether.entrypoints.cli.values import FlagNamingCommand, choice, integer
 
-jobs_app = typer.Typer(help="Look at jobs.", no_args_is_help=True, rich_markup_mode=None)
+jobs_app = typer.Typer(help="Look at and cancel jobs.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @jobs_app.command("list", cls=FlagNamingCommand)
@@ -119,8 +121,11 @@ def jobs_show(
     stdout().print(table)
 
 
+jobs_app.command("cancel", cls=FlagNamingCommand)(jobs_cancel)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``tether jobs`` group to ``app``."""
+    """Add the ``tether jobs`` group (list, show, cancel) to ``app``."""
     app.add_typer(jobs_app, name="jobs")
 
 
