@@ -1,7 +1,7 @@
 """Tether: a durable background-job queue.
 
 The names most programs need are importable from here: ``tether.Tether`` (the embeddable
-application object), ``tether.PermanentError``, ``tether.RetryPolicy``, the error classes and
+application object), ``tether.PermanentError``, ``tether.Snooze``, ``tether.RetryPolicy``, the error classes and
 ``tether.JobStatus``.  They are loaded on first use, so ``import tether.domain`` stays light.
 """
 
@@ -33,6 +33,7 @@ _EXPORTS = {
     "ServiceUnavailable": "tether.domain.errors",
     "DispatcherUnavailable": "tether.domain.errors",
     "PermanentError": "tether.domain.errors",
+    "Snooze": "tether.domain.snooze",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]  # noqa: PLE0605 - built from the lazy-export table, one list

@@ -31,7 +31,14 @@ from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
 from tether.domain.timeutil import ensure_utc
-from tether.domain.validation import validate_seconds, validate_worker_id
+from tether.domain.validation import (
+    CANCEL_BATCH_LIMIT,
+    CANCELLABLE_STATUSES,
+    validate_cancel_statuses,
+    validate_int,
+    validate_seconds,
+    validate_worker_id,
+)
 from tether.domain.workers import WorkerEntry, with_gone_flag
 from tether.ports.repository import JobRepository
 from tether.ports.worker_registry import WorkerRegistry
@@ -191,6 +198,11 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
             raise JobNotFound(job_id)
         return job
 
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        with self._lock:
+            job_id = self._keys.get(idempotency_key)
+            return None if job_id is None else self._jobs.get(job_id)
+
     def list_jobs(
         self, *, status: JobStatus | None = None, queue: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Job]:
@@ -201,20 +213,42 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         jobs.sort(key=lambda j: j.id)
         return jobs[offset : offset + limit]
 
-    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
+    def count_by_status(
+        self, *, queue: str | None = None, job_types: Sequence[str] | None = None
+    ) -> dict[JobStatus, int]:
         counts = {s: 0 for s in JobStatus}
+        types = None if job_types is None else set(job_types)
         with self._lock:
             for job in self._jobs.values():
-                if queue is None or job.queue == queue:
+                if (queue is None or job.queue == queue) and (types is None or job.job_type in types):
                     counts[job.status] += 1
         return counts
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
+        """The first ``limit`` due jobs in lease order, read from the ready heaps best first
+        (O(limit log n) plus the stale entries met on the way), without leasing them."""
         now = ensure_utc(now, "now")
+        due: list[Job] = []
         with self._lock:
-            due = [j for j in self._jobs.values() if j.is_due(now) and (queues is None or j.queue in queues)]
-        due.sort(key=lease_order_key)
-        return due[:limit]
+            names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
+            frontier: list[tuple[tuple[int, datetime, int], str, int]] = []
+            for name in names:
+                self._promote(name, now)
+                ready = self._ready.get(name)
+                if ready:
+                    frontier.append((ready[0], name, 0))
+            heapq.heapify(frontier)
+            seen: set[int] = set()
+            while frontier and len(due) < limit:
+                entry, name, index = heapq.heappop(frontier)
+                ready = self._ready[name]
+                for child in (2 * index + 1, 2 * index + 2):  # a heap's children are never better than it
+                    if child < len(ready):
+                        heapq.heappush(frontier, (ready[child], name, child))
+                if entry[2] not in seen and self._valid_ready(entry):
+                    seen.add(entry[2])
+                    due.append(self._jobs[entry[2]])
+        return due
 
     def count_due_ahead(self, job: Job, *, now: datetime, limit: int) -> int:
         now = ensure_utc(now, "now")
@@ -299,6 +333,49 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
         now = ensure_utc(now, "now")
         return self._apply(job_id, token, lambda j: transitions.release(j, token=token, now=now))
+
+    def snooze(self, job_id: int, token: str, *, now: datetime, until: datetime) -> Job:
+        now = ensure_utc(now, "now")
+        until = ensure_utc(until, "until")
+        return self._apply(job_id, token, lambda j: transitions.snooze(j, token=token, now=now, until=until))
+
+    # -- operators ---------------------------------------------------------------------------
+    def cancel(self, job_id: int, *, now: datetime) -> Job:
+        now = ensure_utc(now, "now")
+        with self._lock:
+            job = transitions.cancel(self.get(job_id), now=now)
+            self._store(job)
+            return job
+
+    def cancel_many(
+        self,
+        *,
+        now: datetime,
+        queues: Sequence[str] | None = None,
+        statuses: Sequence[JobStatus] | None = None,
+        job_types: Sequence[str] | None = None,
+        after_id: int = 0,
+        limit: int = 1000,
+    ) -> list[Job]:
+        now = ensure_utc(now, "now")
+        wanted = validate_cancel_statuses(statuses) or CANCELLABLE_STATUSES
+        limit = validate_int(limit, "limit", 1, CANCEL_BATCH_LIMIT)
+        cancelled: list[Job] = []
+        with self._lock:
+            for job_id in sorted(i for i in self._jobs if i > after_id):
+                job = self._jobs[job_id]
+                if (
+                    job.status in wanted
+                    and job.cancel_requested_at is None
+                    and (queues is None or job.queue in queues)
+                    and (job_types is None or job.job_type in job_types)
+                ):
+                    job = transitions.cancel(job, now=now)
+                    self._store(job)
+                    cancelled.append(job)
+                    if len(cancelled) >= limit:
+                        break
+        return cancelled
 
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:

@@ -20,7 +20,9 @@ class JobStatus(enum.StrEnum):
     """Where a job is in its life.
 
     queued -> running -> completed | retrying | dead; retrying -> running; a running job released
-    at shutdown goes back to queued; dead -> queued only by a manual retry.
+    at shutdown or snoozed goes back to queued; an operator's cancel ends a queued or retrying job
+    as cancelled at once, a running one when its holder writes its outcome (or the reaper takes
+    its expired lease); dead or cancelled -> queued only by a manual retry.
     """
 
     QUEUED = "queued"
@@ -28,11 +30,13 @@ class JobStatus(enum.StrEnum):
     RETRYING = "retrying"
     COMPLETED = "completed"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
     @property
     def is_terminal(self) -> bool:
-        """True for ``completed`` and ``dead``: nothing but purge (or a manual retry of a dead job) moves it."""
-        return self in (JobStatus.COMPLETED, JobStatus.DEAD)
+        """True for ``completed``, ``dead`` and ``cancelled``: nothing but purge (or a manual retry
+        of a dead or cancelled job) moves it."""
+        return self in TERMINAL_STATUSES
 
     @property
     def is_leasable(self) -> bool:
@@ -41,7 +45,9 @@ class JobStatus(enum.StrEnum):
 
 
 LEASABLE_STATUSES = (JobStatus.QUEUED, JobStatus.RETRYING)
-TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.DEAD)
+TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED)
+#: Statuses a manual retry takes back to ``queued``.
+RETRYABLE_STATUSES = (JobStatus.DEAD, JobStatus.CANCELLED)
 
 
 def _check_column_range(value: object, field: str, low: int, high: int) -> None:
@@ -99,7 +105,10 @@ class Job:
         leased_by: worker id of the current lease holder (informational, never a fence).
         leased_at, lease_expires_at: start and expiry of the current lease (aware UTC).
         last_error: the last failure, bounded and printable, or None.
-        finished_at: when it became completed or dead (aware UTC), else None.
+        finished_at: when it became completed, dead or cancelled (aware UTC), else None.
+        cancel_requested_at: when an operator asked to cancel it (aware UTC), else None; set only
+            on a ``running`` job (its holder's next outcome write records ``cancelled``) and kept
+            on the ``cancelled`` job.
     """
 
     id: int
@@ -119,6 +128,7 @@ class Job:
     lease_expires_at: datetime | None = None
     last_error: str | None = None
     finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
 
     @property
     def payload(self) -> Any:

@@ -10,6 +10,10 @@ from        move (function)                                 to
 ==========  ==============================================  =====================
 queued      :func:`lease` when due                          running
 retrying    :func:`lease` when due                          running
+queued      :func:`cancel` (an operator)                    cancelled at once
+retrying    :func:`cancel` (an operator)                    cancelled at once
+running     :func:`cancel` (an operator)                    running, cancellation
+                                                            requested
 running     :func:`complete` (holder)                       completed
 running     :func:`fail` (holder)                           retrying, or dead when
                                                             attempts are used up
@@ -18,9 +22,24 @@ running     :func:`dead_letter` (holder)                    dead
 running     :func:`heartbeat` (holder)                      running, lease extended
 running     :func:`release` (holder, at shutdown)           queued, attempt given back,
                                                             last_error kept
+running     :func:`snooze` (holder, ``Snooze``)             queued due later, attempt
+                                                            given back, last_error kept
 running     :func:`reap` (lease expired)                    retrying, or dead
+running     any holder outcome or :func:`reap`, once a      cancelled
+            cancellation was requested
 dead        :func:`retry_dead` (an operator)                queued, attempts 0
+cancelled   :func:`retry_dead` (an operator)                queued, attempts 0
+completed,  nothing but purge                               (deleted)
+dead,
+cancelled
 ==========  ==============================================  =====================
+
+A cancellation request (``cancel_requested_at``) lives only on a ``running`` job: every outcome its
+holder writes (complete, fail, dead-letter, release, snooze) records ``cancelled`` instead, at
+``now``, with the attempt count as it is; a failure's error is kept as ``last_error``, the others
+leave it as it was.  A reaped job whose cancellation was requested is ``cancelled`` too
+(:func:`cancelled_outcome`).  A heartbeat leaves the request where it is, so the holder learns of
+it from the heartbeat's answer.
 """
 
 from __future__ import annotations
@@ -30,7 +49,7 @@ from datetime import datetime, timedelta
 import attrs
 from tether.domain.errors import InvalidTransition
 from tether.domain.failure import sanitize_text
-from tether.domain.job import Job, JobStatus, NewJob
+from tether.domain.job import RETRYABLE_STATUSES, Job, JobStatus, NewJob
 from tether.domain.lease import check_fence
 from tether.domain.retry import RetryPolicy
 
@@ -77,9 +96,45 @@ def lease(job: Job, *, now: datetime, token: str, worker_id: str, lease_timeout:
     )
 
 
+def cancel_requested(job: Job) -> bool:
+    """True when an operator asked to cancel ``job`` while it ran (its next outcome is ``cancelled``)."""
+    return job.cancel_requested_at is not None
+
+
+def cancelled_outcome(job: Job, *, now: datetime, error: str | None = None) -> Job:
+    """What any outcome of a running ``job`` whose cancellation was requested records:
+    ``cancelled`` at ``now``, lease cleared, attempts as they are, ``last_error`` set to ``error``
+    when one is given (a failure, an expired lease) and kept otherwise."""
+    changes = {} if error is None else {"last_error": error}
+    return attrs.evolve(job, status=JobStatus.CANCELLED, finished_at=now, **_NO_LEASE, **changes)
+
+
+def cancel(job: Job, *, now: datetime) -> Job:
+    """An operator's cancel.
+
+    A ``queued`` or ``retrying`` job is ``cancelled`` at once (``finished_at = now``); a ``running``
+    job keeps running with ``cancel_requested_at`` set (the first request's time is kept), and its
+    holder's next outcome write, or the reaper, makes it ``cancelled``.  ``cancel_requested_at`` is
+    ``now`` on a job cancelled at once too.
+
+    Raises:
+        InvalidTransition: the job is completed, dead or cancelled (naming that status).
+    """
+    if job.status.is_leasable:
+        return attrs.evolve(job, status=JobStatus.CANCELLED, finished_at=now, cancel_requested_at=now)
+    if job.status is JobStatus.RUNNING:
+        if job.cancel_requested_at is not None:
+            return job
+        return attrs.evolve(job, cancel_requested_at=now)
+    raise InvalidTransition(job.id, job.status.value, "cancel")
+
+
 def complete(job: Job, *, token: str, now: datetime) -> Job:
-    """The holder finished the job: ``completed`` at ``now``.  Raises LeaseLost."""
+    """The holder finished the job: ``completed`` at ``now`` (``cancelled`` when a cancellation
+    was requested).  Raises LeaseLost."""
     check_fence(job, token)
+    if cancel_requested(job):
+        return cancelled_outcome(job, now=now)
     return attrs.evolve(job, status=JobStatus.COMPLETED, finished_at=now, **_NO_LEASE)
 
 
@@ -100,17 +155,21 @@ def fail(job: Job, *, token: str, now: datetime, error: str, retry_at: datetime 
     """The holder's attempt failed with ``error``.
 
     The job becomes ``retrying`` due at ``retry_at`` when ``retry_at`` is given and attempts are
-    left; otherwise ``dead`` at ``now``.  Raises LeaseLost.
+    left; otherwise ``dead`` at ``now``; ``cancelled`` at ``now`` when a cancellation was
+    requested (``last_error`` is ``error`` in every case).  Raises LeaseLost.
     """
     check_fence(job, token)
     error = sanitize_text(error)
+    if cancel_requested(job):
+        return cancelled_outcome(job, now=now, error=error)
     if retry_at is not None and job.attempts < job.max_attempts:
         return attrs.evolve(job, status=JobStatus.RETRYING, scheduled_at=retry_at, last_error=error, **_NO_LEASE)
     return attrs.evolve(job, status=JobStatus.DEAD, finished_at=now, last_error=error, **_NO_LEASE)
 
 
 def dead_letter(job: Job, *, token: str, now: datetime, error: str) -> Job:
-    """The holder sends the job to ``dead`` at once.  Raises LeaseLost."""
+    """The holder sends the job to ``dead`` at once (``cancelled`` when a cancellation was
+    requested).  Raises LeaseLost."""
     return fail(job, token=token, now=now, error=error, retry_at=None)
 
 
@@ -129,11 +188,22 @@ def release(job: Job, *, token: str, now: datetime) -> Job:
     The interrupted attempt is given back (``attempts - 1``): stopping a worker is not the job's
     failure, and a job must not go dead because of deploys.  For the same reason ``last_error``
     is left as it was: it holds the job's last real failure (or None), never a note about the
-    release, so a released job that later completes does not read as having failed.
-    Raises LeaseLost.
+    release, so a released job that later completes does not read as having failed.  A job whose
+    cancellation was requested is ``cancelled`` instead.  Raises LeaseLost.
+    """
+    return snooze(job, token=token, now=now, until=now)
+
+
+def snooze(job: Job, *, token: str, now: datetime, until: datetime) -> Job:
+    """The holder gives the job back to run later (``tether.Snooze``, or a worker without its
+    handler): ``queued``, due at ``until``, lease cleared, the attempt given back
+    (``attempts - 1``), ``last_error`` left as it was: like :func:`release`, not a failure.
+    A job whose cancellation was requested is ``cancelled`` at ``now`` instead.  Raises LeaseLost.
     """
     check_fence(job, token)
-    return attrs.evolve(job, status=JobStatus.QUEUED, attempts=max(job.attempts - 1, 0), scheduled_at=now, **_NO_LEASE)
+    if cancel_requested(job):
+        return cancelled_outcome(job, now=now)
+    return attrs.evolve(job, status=JobStatus.QUEUED, attempts=max(job.attempts - 1, 0), scheduled_at=until, **_NO_LEASE)
 
 
 def reap_error(job: Job) -> str:
@@ -154,7 +224,8 @@ def reap(job: Job, *, now: datetime, token: str) -> Job:
 
     An expired lease counts as a failed attempt: the job is ``retrying``, due at once, or
     ``dead`` when its attempts are used up, so a job that kills its worker every time ends
-    (case C05).
+    (case C05).  A job whose cancellation was requested is ``cancelled`` at ``now`` (never
+    brought back); ``last_error`` is :func:`reap_error` in every case.
 
     Raises:
         LeaseLost: the job is no longer running under ``token`` (it finished or was re-leased).
@@ -164,17 +235,22 @@ def reap(job: Job, *, now: datetime, token: str) -> Job:
     if not job.lease_expired(now):
         raise InvalidTransition(job.id, "running under a live lease", "reap")
     error = reap_error(job)
+    if cancel_requested(job):
+        return cancelled_outcome(job, now=now, error=error)
     if job.attempts < job.max_attempts:
         return attrs.evolve(job, status=JobStatus.RETRYING, scheduled_at=now, last_error=error, **_NO_LEASE)
     return attrs.evolve(job, status=JobStatus.DEAD, finished_at=now, last_error=error, **_NO_LEASE)
 
 
 def retry_dead(job: Job, *, now: datetime) -> Job:
-    """An operator's manual retry of a dead job: ``queued`` at ``now`` with attempts reset to 0.
+    """An operator's manual retry of a dead or cancelled job: ``queued`` at ``now`` with attempts
+    reset to 0 and no cancellation request (``last_error`` kept).
 
     Raises:
-        InvalidTransition: the job is not dead.
+        InvalidTransition: the job is neither dead nor cancelled.
     """
-    if job.status is not JobStatus.DEAD:
+    if job.status not in RETRYABLE_STATUSES:
         raise InvalidTransition(job.id, job.status.value, "retry")
-    return attrs.evolve(job, status=JobStatus.QUEUED, attempts=0, scheduled_at=now, finished_at=None, **_NO_LEASE)
+    return attrs.evolve(
+        job, status=JobStatus.QUEUED, attempts=0, scheduled_at=now, finished_at=None, cancel_requested_at=None, **_NO_LEASE
+    )

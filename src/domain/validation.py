@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tether.domain.errors import ValidationError
-from tether.domain.job import NewJob
+from tether.domain.job import JobStatus, NewJob
 from tether.domain.limits import (
     MAX_ATTEMPTS_LIMIT,
     MAX_SCHEDULE_DISTANCE,
@@ -33,6 +33,8 @@ JOB_TYPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}")
 DEFAULT_QUEUE = "default"
 IDEMPOTENCY_KEY_MAX_CHARS = 255
 WORKER_ID_MAX_CHARS = 200
+#: Longest delay a handler may snooze its job for (``tether.Snooze``), in seconds: one year.
+SNOOZE_MAX_SECONDS = 366 * 24 * 3600.0
 
 
 #: Exact-``str`` queue names and job types already found valid (bulk enqueue repeats a few names
@@ -108,6 +110,45 @@ def validate_seconds(value: object, field: str, *, allow_zero: bool = True) -> f
     if value > MAX_SECONDS:
         raise ValidationError(field, f"must be at most {MAX_SECONDS:,} seconds (100 years), got {value:.6g}")
     return float(value)
+
+
+def validate_snooze_seconds(value: object, field: str = "seconds") -> float:
+    """A snooze delay: :func:`validate_seconds` (finite, >= 0, or a timedelta), at most
+    :data:`SNOOZE_MAX_SECONDS`.  Raises ValidationError naming ``field``."""
+    seconds = validate_seconds(value, field)
+    if seconds > SNOOZE_MAX_SECONDS:
+        raise ValidationError(field, f"must be at most {SNOOZE_MAX_SECONDS:.0f} seconds (a year), got {seconds}")
+    return seconds
+
+
+#: Statuses an operator's cancel acts on (the others are final).
+CANCELLABLE_STATUSES = (JobStatus.QUEUED, JobStatus.RETRYING, JobStatus.RUNNING)
+#: Most jobs one bulk-cancel statement writes.
+CANCEL_BATCH_LIMIT = 10_000
+
+
+def validate_cancel_statuses(value: object, field: str = "statuses") -> tuple[JobStatus, ...] | None:
+    """None, or a non-empty list of cancellable statuses (JobStatus members or their values),
+    duplicates dropped.  Raises ValidationError naming ``field`` for anything else, such as a
+    status that is not one, or ``completed``/``dead``/``cancelled`` (nothing to cancel there)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, JobStatus)):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValidationError(field, f"must be a non-empty list of statuses, got {value!r:.80}")
+    wanted = ", ".join(s.value for s in CANCELLABLE_STATUSES)
+    found: list[JobStatus] = []
+    for item in value:
+        try:
+            status = JobStatus(item)
+        except ValueError:
+            raise ValidationError(field, f"{item!r:.80} is not a status; one of {wanted}") from None
+        if status not in CANCELLABLE_STATUSES:
+            raise ValidationError(field, f"{status.value} jobs cannot be cancelled; one of {wanted}")
+        if status not in found:
+            found.append(status)
+    return tuple(found)
 
 
 def validate_idempotency_key(value: object) -> str | None:

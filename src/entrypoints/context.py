@@ -21,10 +21,13 @@ class JobContext:
             by the refreshed job after each :meth:`heartbeat`.
         worker_id: the id of the worker pool running it.
 
-    The context is *cancelled* when the worker shuts down and the drain deadline has passed
-    (the job is then released back to the queue and whatever the handler does next is not
-    recorded), or when the worker learns that the lease was lost (the reaper took the job back).
-    A long handler should check :attr:`cancelled` or use :meth:`sleep` between steps and return
+    The context is *cancelled* when an operator cancelled the job (``app.cancel``, ``tether jobs
+    cancel``): the worker learns it from its next heartbeat's answer, within one heartbeat
+    interval, and whatever outcome the handler then produces is recorded as ``cancelled``
+    (:attr:`cancel_requested`); when the worker shuts down and the drain deadline has passed (the
+    job is then released back to the queue and whatever the handler does next is not recorded);
+    or when the worker learns that the lease was lost (the reaper took the job back).  A long
+    handler should check :attr:`cancelled` or use :meth:`sleep` between steps and return
     promptly once cancelled.
 
     Built by the worker pool (``lease_timeout`` in seconds); raises ValueError for a job that
@@ -50,6 +53,9 @@ class JobContext:
         self._lease_timeout = lease_timeout
         self._cancelled = threading.Event()
         self._lease_lost = False
+        self._cancel_requested = job.cancel_requested_at is not None
+        if self._cancel_requested:
+            self._cancelled.set()
 
     @property
     def token(self) -> str:
@@ -63,8 +69,15 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the handler should stop: shutdown past the drain deadline, or lease lost."""
+        """True once the handler should stop: the job was cancelled, shutdown passed the drain
+        deadline, or the lease was lost."""
         return self._cancelled.is_set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once an operator asked to cancel this job (seen on a heartbeat's answer); the job
+        ends ``cancelled`` whatever the handler does."""
+        return self._cancel_requested
 
     @property
     def lease_lost(self) -> bool:
@@ -86,20 +99,29 @@ class JobContext:
         The pool already heartbeats every ``heartbeat_interval`` seconds; call this only around a
         step that could block the pool's heartbeats for longer than the lease.
 
+        The answer also says whether the job was cancelled meanwhile (:attr:`cancelled` turns true).
+
         Raises:
             LeaseLost: the job is no longer running under this lease; stop working on it (the
                 context is cancelled as well).
             StorageUnavailable: the repository could not be reached; the lease is unchanged.
         """
         try:
-            self.job = self._repository.heartbeat(
-                self.job.id, self._token, now=self._clock.now(), lease_timeout=self._lease_timeout
-            )
+            job = self._repository.heartbeat(self.job.id, self._token, now=self._clock.now(), lease_timeout=self._lease_timeout)
         except LeaseLost:
             self.mark_lease_lost()
             raise
+        self.observe(job)
 
     # -- used by the worker pool -------------------------------------------------------------
+    def observe(self, job: Job) -> None:
+        """Take ``job`` (a heartbeat's answer) as :attr:`job`; cancel when it carries a
+        cancellation request."""
+        self.job = job
+        if job.cancel_requested_at is not None and not self._cancel_requested:
+            self._cancel_requested = True
+            self._cancelled.set()
+
     def cancel(self) -> None:
         """Set :attr:`cancelled` (wakes a :meth:`sleep` at once)."""
         self._cancelled.set()

@@ -3,8 +3,15 @@
 This is the per-job step of the worker pool (:mod:`tether.entrypoints.worker`), kept apart so
 that the test kit's :func:`tether.testing.drain` runs jobs through exactly the same code:
 
-- no handler registered for the job type: ``dead`` at once with an ``UnknownJobType`` error;
+- no handler registered for the job type in this process: the job is given back (``snooze``:
+  ``queued``, due again in :data:`UNKNOWN_TYPE_SNOOZE` seconds, the attempt given back), never
+  sent to ``dead``: during a rolling deploy a worker without the new handler leaves the job to
+  one that has it;
+- its cancellation was requested before the handler started (a prefetched job): the handler is
+  not run, and the job is handed back, which records ``cancelled``;
 - the handler returns: ``complete``;
+- the handler raises :class:`~tether.domain.snooze.Snooze`: ``snooze`` (``queued``, due that many
+  seconds later, the attempt given back, ``last_error`` kept);
 - the handler raises :class:`~tether.domain.errors.PermanentError`: ``dead`` at once;
 - the handler raises anything else (even an exception that cannot be printed, case C18):
   ``fail`` with ``retry_at`` from the retry policy (backoff + jitter,
@@ -13,6 +20,10 @@ that the test kit's :func:`tether.testing.drain` runs jobs through exactly the s
   :func:`~tether.domain.failure.describe_failure` of the exception.
 - after a failure is persisted the handler's ``on_failure(job, exc)`` hook runs; its errors are
   logged and swallowed (case C17).
+
+Every one of these writes records ``cancelled`` instead when an operator asked to cancel the job
+while it ran (the repository decides, on the row as it is): the execution's outcome is then
+:attr:`Outcome.CANCELLED`.
 
 How a write is attempted (retries on storage trouble, what a refused fence means) and whether the
 outcome may still be written at all (shutdown released the job, the lease was lost) belong to the
@@ -25,7 +36,7 @@ import enum
 import logging
 import random
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import attrs
@@ -34,6 +45,7 @@ from tether.domain.errors import PermanentError
 from tether.domain.failure import describe_failure, sanitize_text
 from tether.domain.job import Job, JobStatus
 from tether.domain.retry import RetryPolicy
+from tether.domain.snooze import Snooze
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import HandlerSpec
 from tether.ports.clock import Clock
@@ -42,12 +54,22 @@ from tether.ports.repository import JobRepository
 logger = logging.getLogger("tether.worker")
 
 
+#: Seconds after which a job this process has no handler for is due again (given back, not failed).
+UNKNOWN_TYPE_SNOOZE = 5.0
+
+
 class Outcome(str, enum.Enum):
     """What one execution wrote."""
 
     COMPLETED = "completed"
     RETRYING = "retrying"
     DEAD = "dead"
+    #: An operator cancelled the job while it ran; the outcome write recorded ``cancelled``.
+    CANCELLED = "cancelled"
+    #: The handler raised :class:`~tether.domain.snooze.Snooze`: ``queued``, due later.
+    SNOOZED = "snoozed"
+    #: No handler for the job type here: given back (``queued``, due in :data:`UNKNOWN_TYPE_SNOOZE` s).
+    NO_HANDLER = "no_handler"
     #: Nothing was written: the job was released at shutdown, the lease was lost, or the write
     #: was refused or given up (the :class:`OutcomeWriter` decided).
     NOT_RECORDED = "not_recorded"
@@ -58,8 +80,8 @@ class Execution:
     """The result of :func:`execute_job`.
 
     Attributes:
-        job: the job as written (``completed``/``retrying``/``dead``), or as leased when nothing
-            was recorded.
+        job: the job as written (``completed``/``retrying``/``dead``/``cancelled``/``queued``), or
+            as leased when nothing was recorded.
         outcome: see :class:`Outcome`.
         error: the failure text given to the repository (``last_error`` before sanitizing), or None.
         exception: what the handler raised, or None (also None for an unknown job type).
@@ -82,19 +104,34 @@ class OutcomeWriter(Protocol):
         ...
 
     def write(self, what: str, write: Callable[[], Job]) -> Job | None:
-        """Run one fenced repository write (``what`` is ``complete``, ``fail`` or
-        ``dead_letter``, for logs); return the job as written, or None when it was refused
-        (LeaseLost) or given up."""
+        """Run one fenced repository write (``what`` is ``complete``, ``fail``, ``dead_letter``,
+        ``snooze`` or ``release``, for logs); return the job as written, or None when it was
+        refused (LeaseLost) or given up."""
         ...
 
 
 def unknown_type_error(job: Job, handlers: Mapping[str, HandlerSpec], worker_id: str) -> str:
-    """The ``last_error`` of a job whose type has no handler in this process."""
+    """Why a job whose type has no handler in this process was handed back (for logs)."""
     return (
-        f"UnknownJobType: no handler is registered for job type {job.job_type!r} in worker {worker_id} "
-        f"(it knows {sorted(handlers)[:20]}); register it with @app.handler({job.job_type!r}) and "
-        f"retry the job"
+        f"no handler is registered for job type {job.job_type!r} in worker {worker_id} "
+        f"(it knows {sorted(handlers)[:20]}); the job is handed back, due again in {UNKNOWN_TYPE_SNOOZE:g} s, "
+        f"for a worker that has it (register it with @app.handler({job.job_type!r}))"
     )
+
+
+def _snooze(repository: JobRepository, clock: Clock, job: Job, ctx: JobContext, seconds: float) -> Callable[[], Job]:
+    """The fenced write that gives ``job`` back, due ``seconds`` after the write's ``now``."""
+
+    def write() -> Job:
+        now = clock.now()
+        return repository.snooze(job.id, ctx.token, now=now, until=now + timedelta(seconds=seconds))
+
+    return write
+
+
+def _given_back(written: Job, outcome: Outcome) -> Outcome:
+    """``outcome`` of a write that gives the job back, or CANCELLED when the write recorded that."""
+    return Outcome.CANCELLED if written.status is JobStatus.CANCELLED else outcome
 
 
 def execute_job(
@@ -127,16 +164,22 @@ def execute_job(
     """
     spec = handlers.get(job.job_type)
     if spec is None:
-        error = unknown_type_error(job, handlers, worker_id)
+        reason = unknown_type_error(job, handlers, worker_id)
         if not writer.begin_finish():
-            return Execution(job, Outcome.NOT_RECORDED, error)
-        written = writer.write(
-            "dead_letter", lambda: repository.dead_letter(job.id, ctx.token, now=clock.now(), error=error)
-        )
+            return Execution(job, Outcome.NOT_RECORDED, reason)
+        written = writer.write("snooze", _snooze(repository, clock, job, ctx, UNKNOWN_TYPE_SNOOZE))
         if written is None:
-            return Execution(job, Outcome.NOT_RECORDED, error)
-        logger.error("worker %s: job %s sent to dead: %s", worker_id, job.id, error)
-        return Execution(written, Outcome.DEAD, error)
+            return Execution(job, Outcome.NOT_RECORDED, reason)
+        logger.info("worker %s: job %s handed back: %s", worker_id, job.id, reason)
+        return Execution(written, _given_back(written, Outcome.NO_HANDLER), reason)
+
+    if ctx.cancel_requested:  # cancelled while it waited for a thread: never start it
+        if not writer.begin_finish():
+            return Execution(job, Outcome.NOT_RECORDED)
+        written = writer.write("release", lambda: repository.release(job.id, ctx.token, now=clock.now()))
+        if written is None:
+            return Execution(job, Outcome.NOT_RECORDED)
+        return Execution(written, _given_back(written, Outcome.NOT_RECORDED))
 
     try:
         payload = job.payload
@@ -144,6 +187,8 @@ def execute_job(
             spec.func(payload, ctx)
         else:
             spec.func(payload)
+    except Snooze as snooze:
+        return _snoozed(job, ctx, snooze, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
     except BaseException as exc:  # noqa: BLE001 - any handler error is the job's failure
         return _failed(job, ctx, spec, exc, repository=repository, clock=clock, retry_policy=retry_policy,
                        writer=writer, worker_id=worker_id, rand=rand)
@@ -153,7 +198,20 @@ def execute_job(
     written = writer.write("complete", lambda: repository.complete(job.id, ctx.token, now=clock.now()))
     if written is None:
         return Execution(job, Outcome.NOT_RECORDED)
-    return Execution(written, Outcome.COMPLETED)
+    return Execution(written, _given_back(written, Outcome.COMPLETED))
+
+
+def _snoozed(
+    job: Job, ctx: JobContext, snooze: Snooze, *, repository: JobRepository, clock: Clock, writer: OutcomeWriter,
+    worker_id: str,
+) -> Execution:
+    if not writer.begin_finish():
+        logger.info("worker %s: job %s snoozed after it was released or lost; not recorded", worker_id, job.id)
+        return Execution(job, Outcome.NOT_RECORDED, exception=snooze)
+    written = writer.write("snooze", _snooze(repository, clock, job, ctx, snooze.seconds))
+    if written is None:
+        return Execution(job, Outcome.NOT_RECORDED, exception=snooze)
+    return Execution(written, _given_back(written, Outcome.SNOOZED), exception=snooze)
 
 
 def _failed(
@@ -181,6 +239,10 @@ def _failed(
     )
     if written is None:
         return Execution(job, Outcome.NOT_RECORDED, error, exc, permanent)
+    if written.status is JobStatus.CANCELLED:  # cancelled while it ran: no retry, no failure hook
+        logger.info("worker %s: job %s (%s) failed after it was cancelled; recorded as cancelled: %s",
+                    worker_id, job.id, job.job_type, sanitize_text(error, 500))
+        return Execution(written, Outcome.CANCELLED, error, exc, permanent)
     if written.status is JobStatus.DEAD:
         outcome = Outcome.DEAD
         logger.warning(
@@ -203,4 +265,4 @@ def _failed(
     return Execution(written, outcome, error, exc, permanent)
 
 
-__all__ = ["Execution", "Outcome", "OutcomeWriter", "execute_job", "unknown_type_error"]
+__all__ = ["UNKNOWN_TYPE_SNOOZE", "Execution", "Outcome", "OutcomeWriter", "execute_job", "unknown_type_error"]

@@ -109,7 +109,7 @@ def purge_cutoff(older_than: object, now: datetime) -> datetime:
 
 
 def purge_finished(repository: JobRepository, clock: Clock, older_than: datetime | timedelta) -> int:
-    """Delete completed and dead jobs whose ``finished_at`` is before the cutoff (see
+    """Delete completed, dead and cancelled jobs whose ``finished_at`` is before the cutoff (see
     :func:`purge_cutoff`); returns how many.  Their idempotency keys become free again.
 
     Raises:

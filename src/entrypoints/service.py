@@ -33,10 +33,12 @@ from tether.domain.validation import (
     DEFAULT_QUEUE,
     MAX_ATTEMPTS_LIMIT,
     prepare_job,
+    validate_idempotency_key,
     validate_int,
     validate_queue,
 )
 from tether.domain.workers import WorkerEntry
+from tether.entrypoints.cancellation import cancel_matching
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.maintenance import Reaper, purge_finished
@@ -329,18 +331,67 @@ class Tether:
         Raises ValidationError for a bad queue name."""
         return self.repository.count_by_status(queue=validate_queue(queue) if queue is not None else None)
 
-    def retry(self, job_id: int) -> Job:
-        """Manual retry: a dead job back to ``queued`` now, attempts reset to 0.
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        """The job holding this idempotency key, or None.  Raises ValidationError for a bad key."""
+        key = validate_idempotency_key(idempotency_key)
+        assert key is not None
+        return self.repository.find_by_key(key)
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a job; returns it as it now is.
+
+        A ``queued`` or ``retrying`` job is ``cancelled`` at once: it is never leased again and is
+        purged like other finished jobs (its idempotency key stays held until then).  A ``running``
+        job keeps running with a stored cancellation request: its handler sees ``ctx.cancelled``
+        within one heartbeat interval, and whatever outcome its worker writes next (or the reaper,
+        if the worker is gone) records ``cancelled``; the job returned is then still ``running``,
+        with ``cancel_requested_at`` set.
 
         Raises:
-            JobNotFound; InvalidTransition: the job is not dead.
+            ValidationError: ``job_id`` is not a positive integer.
+            JobNotFound: no such job.
+            InvalidTransition: the job is completed, dead or cancelled already (``.status`` names
+                it); nothing changed.
+        """
+        return self.repository.cancel(_job_id(job_id), now=self.clock.now())
+
+    def cancel_matching(
+        self,
+        *,
+        queue: str | None = None,
+        statuses: Sequence[JobStatus | str] | None = None,
+        job_type: str | None = None,
+        everything: bool = False,
+        batch_size: int = 1000,
+    ) -> int:
+        """Cancel, as :meth:`cancel` does, every job matching all the filters given: of ``queue``,
+        in one of ``statuses`` (queued, retrying, running; default all three), of ``job_type``.
+        Written in batches of ``batch_size`` jobs, one statement each.  Returns how many jobs were
+        cancelled or got a cancellation request (jobs already cancelled, or running with a request
+        already, are not counted again).
+
+        Raises:
+            ValidationError: no filter given and ``everything`` is not True (field ``filters``);
+                a bad queue, job type or batch size; a status that is not one, or that cannot be
+                cancelled (completed, dead, cancelled) (field ``statuses``).  Nothing written.
+        """
+        return cancel_matching(
+            self.repository, self.clock, queue=queue, statuses=statuses, job_type=job_type, everything=everything,
+            batch_size=batch_size,
+        )
+
+    def retry(self, job_id: int) -> Job:
+        """Manual retry: a dead or cancelled job back to ``queued`` now, attempts reset to 0.
+
+        Raises:
+            JobNotFound; InvalidTransition: the job is neither dead nor cancelled.
         """
         job = self.repository.retry_dead(_job_id(job_id), now=self.clock.now())
         self._notify_after_commit(None, [job])
         return job
 
     def purge(self, older_than: datetime | timedelta) -> int:
-        """Delete completed and dead jobs that finished before ``older_than`` (an aware datetime,
+        """Delete completed, dead and cancelled jobs that finished before ``older_than`` (an aware datetime,
         or a timedelta meaning that long ago); returns how many.  Their idempotency keys become
         free again.  Raises ValidationError for anything else."""
         return purge_finished(self.repository, self.clock, older_than)

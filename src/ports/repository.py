@@ -60,6 +60,10 @@ class JobRepository(Protocol):
         """The job with this id.  Raises :class:`~tether.domain.errors.JobNotFound`."""
         ...
 
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        """The stored job holding this idempotency key, or None (never enqueued, or purged)."""
+        ...
+
     def list_jobs(
         self,
         *,
@@ -71,8 +75,11 @@ class JobRepository(Protocol):
         """Jobs filtered by status and queue, by ascending id."""
         ...
 
-    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
-        """How many jobs are in each status (every status present, zero included)."""
+    def count_by_status(
+        self, *, queue: str | None = None, job_types: Sequence[str] | None = None
+    ) -> dict[JobStatus, int]:
+        """How many jobs are in each status (every status present, zero included), of one queue
+        (None: all) and of these job types (None: all; an empty list counts nothing)."""
         ...
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
@@ -213,7 +220,10 @@ class JobRepository(Protocol):
         ...
 
     def heartbeat(self, job_id: int, token: str, *, now: datetime, lease_timeout: float) -> Job:
-        """Fenced: extend the lease to ``now + lease_timeout`` seconds.  Raises LeaseLost."""
+        """Fenced: extend the lease to ``now + lease_timeout`` seconds.  Raises LeaseLost.
+
+        The job returned carries ``cancel_requested_at``: the holder learns of an operator's
+        cancel from the heartbeat's answer, with no extra round trip."""
         ...
 
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
@@ -221,22 +231,69 @@ class JobRepository(Protocol):
         (shutdown is not a failure).  Raises LeaseLost."""
         ...
 
+    def snooze(self, job_id: int, token: str, *, now: datetime, until: datetime) -> Job:
+        """Fenced: back to ``queued``, due at ``until`` (aware UTC), attempt given back,
+        ``last_error`` left as it was (``tether.Snooze``; a worker without the job's handler).
+        Raises LeaseLost."""
+        ...
+
+    # Every holder write above (complete, complete_many, complete_and_lease, fail, dead_letter,
+    # release, snooze) records ``cancelled`` at ``now`` instead when the job's cancellation was
+    # requested (:func:`tether.domain.transitions.cancelled_outcome`), decided in the same
+    # statement on the row as it is then.
+
+    # -- operators ---------------------------------------------------------------------------
+    def cancel(self, job_id: int, *, now: datetime) -> Job:
+        """An operator's cancel, as one atomic write (:func:`tether.domain.transitions.cancel`):
+        a queued or retrying job becomes ``cancelled`` at ``now``; a running job gets
+        ``cancel_requested_at = now`` (an earlier request is kept) and ends ``cancelled`` at its
+        holder's outcome write or at the reaper.  A cancel racing a lease or an outcome write ends
+        as one of the two orders, never neither.  Returns the job as it now is.
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidTransition: the job is completed, dead or cancelled (nothing changed).
+        """
+        ...
+
+    def cancel_many(
+        self,
+        *,
+        now: datetime,
+        queues: Sequence[str] | None = None,
+        statuses: Sequence[JobStatus] | None = None,
+        job_types: Sequence[str] | None = None,
+        after_id: int = 0,
+        limit: int = 1000,
+    ) -> list[Job]:
+        """Cancel, as :meth:`cancel` does, the first ``limit`` jobs by ascending id above
+        ``after_id`` that match every filter given (None: any) and are queued, retrying, or
+        running without a cancellation request yet; one statement.  Returns the jobs as written,
+        by ascending id: a caller cancelling everything that matches calls again with ``after_id``
+        the last id returned until fewer than ``limit`` come back.
+
+        Raises:
+            ValidationError: ``statuses`` names a status that cannot be cancelled (completed,
+                dead, cancelled), or ``limit`` is below 1; nothing written.
+        """
+        ...
+
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
         """Take back up to ``limit`` running jobs whose own lease expired at or before ``now``
-        (retrying, or dead when out of attempts: the rows :func:`~tether.domain.transitions.reap`
-        makes), oldest expiry first (then id).  Each write is a compare-and-set on the lease it
+        (retrying, or dead when out of attempts, or cancelled when a cancellation was requested:
+        the rows :func:`~tether.domain.transitions.reap` makes), oldest expiry first (then id).  Each write is a compare-and-set on the lease it
         read.  Returns the jobs as written, in that order; ``limit`` below 1 takes nothing."""
         ...
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:
-        """Manual retry: a dead job back to ``queued`` with attempts 0.
-        Raises JobNotFound, InvalidTransition (not dead)."""
+        """Manual retry: a dead or cancelled job back to ``queued`` with attempts 0 and no
+        cancellation request.  Raises JobNotFound, InvalidTransition (neither dead nor cancelled)."""
         ...
 
     def purge(self, *, older_than: datetime) -> int:
-        """Delete completed and dead jobs whose ``finished_at`` is before ``older_than``; returns
-        how many (their idempotency keys become free again)."""
+        """Delete completed, dead and cancelled jobs whose ``finished_at`` is before ``older_than``;
+        returns how many (their idempotency keys become free again)."""
         ...
 
     def close(self) -> None:

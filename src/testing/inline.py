@@ -4,13 +4,18 @@ Each job goes through :func:`tether.entrypoints.execution.execute_job`, the very
 pool runs for each lease: the registered handler is called with the payload (and a
 :class:`~tether.entrypoints.context.JobContext` if it takes one), and its outcome is written under
 the lease's fencing token: ``completed``; ``retrying`` after the retry policy's backoff;
-``dead`` for a :class:`~tether.domain.errors.PermanentError`, for used-up attempts or for a job
-type with no handler.  ``on_failure`` hooks run as in a worker.
+``dead`` for a :class:`~tether.domain.errors.PermanentError` or for used-up attempts; ``queued``
+again, later, for a :class:`~tether.domain.snooze.Snooze`; ``cancelled`` when the job was
+cancelled while its handler ran.  ``on_failure`` hooks run as in a worker.
+
+Jobs of a type the app has no handler for are never leased: they are left as they are and
+reported as pending (a worker pool would hand them back for another worker; a drain has no other
+worker to leave them to), and they never keep the drain going.
 
 With ``advance_clock=True`` (the default) and nothing due, the app's
 :class:`~tether.adapters.clock.FakeClock` jumps to the earliest ``scheduled_at`` of the queued and
-retrying jobs and the drain goes on, so a job that fails twice and then succeeds is run three
-times by one ``drain(app)`` call, each attempt at its exact retry time.
+retrying jobs it can run and the drain goes on, so a job that fails twice and then succeeds is
+run three times by one ``drain(app)`` call, each attempt at its exact retry time.
 """
 
 from __future__ import annotations
@@ -42,12 +47,13 @@ class JobRun:
         job_id, job_type, queue: the job's.
         payload: the decoded payload the handler received.
         attempt: which attempt this was, counted from 1.
-        outcome: ``"completed"``, ``"retrying"``, ``"dead"`` or ``"not_recorded"`` (the handler
-            lost its lease, e.g. after its own ``ctx.heartbeat()`` was refused); an
-            :class:`~tether.entrypoints.execution.Outcome`, which compares equal to those strings.
+        outcome: ``"completed"``, ``"retrying"``, ``"dead"``, ``"snoozed"``, ``"cancelled"`` or
+            ``"not_recorded"`` (the handler lost its lease, e.g. after its own ``ctx.heartbeat()``
+            was refused); an :class:`~tether.entrypoints.execution.Outcome`, which compares equal
+            to those strings.
         error: the failure text stored as ``last_error`` (None when it completed).
         ran_at: the fake clock's time when the attempt was leased (aware UTC).
-        retry_at: when a ``retrying`` job runs next (aware UTC), else None.
+        retry_at: when a ``retrying`` or snoozed job runs next (aware UTC), else None.
         job: the job as written after the attempt.
         exception: what the handler raised, or None.
     """
@@ -83,7 +89,8 @@ class DrainReport:
         runs: every attempt, in the order they ran.
         clock_moves: the instants the fake clock was moved to, in order (empty when it stayed).
         pending: queued or retrying jobs left when the drain stopped (not due yet with
-            ``advance_clock=False``, or scheduled after ``until``), by ascending id.
+            ``advance_clock=False``, scheduled after ``until``, or of a type the app has no
+            handler for), by ascending id.
     """
 
     runs: tuple[JobRun, ...]
@@ -105,12 +112,22 @@ class DrainReport:
 
     @property
     def dead(self) -> list[JobRun]:
-        """Attempts that sent their job to ``dead`` (permanent error, attempts used up, unknown type)."""
+        """Attempts that sent their job to ``dead`` (permanent error, attempts used up)."""
         return self._with(Outcome.DEAD)
 
     @property
+    def cancelled(self) -> list[JobRun]:
+        """Attempts whose job was cancelled while the handler ran (recorded as ``cancelled``)."""
+        return self._with(Outcome.CANCELLED)
+
+    @property
+    def snoozed(self) -> list[JobRun]:
+        """Attempts whose handler raised ``Snooze`` (the job is ``queued`` again, due later)."""
+        return self._with(Outcome.SNOOZED)
+
+    @property
     def failed(self) -> list[JobRun]:
-        """Attempts that raised (``retrying`` and ``dead`` runs; unknown types included)."""
+        """Attempts that failed (``retrying`` and ``dead`` runs)."""
         return [run for run in self.runs if run.outcome in (Outcome.RETRYING, Outcome.DEAD)]
 
     @property
@@ -134,6 +151,8 @@ class DrainReport:
 
     def __str__(self) -> str:
         counts = f"{len(self.completed)} completed, {len(self.retrying)} retrying, {len(self.dead)} dead"
+        if self.snoozed or self.cancelled:
+            counts += f", {len(self.snoozed)} snoozed, {len(self.cancelled)} cancelled"
         lines = [f"drain ran {len(self.runs)} attempt(s): {counts}"]
         lines.extend("  " + run.describe() for run in self.runs)
         if self.pending:
@@ -171,6 +190,22 @@ def _no_jitter() -> float:
     return 0.0
 
 
+def _first_runnable(app: Tether, queues: Sequence[str] | None, now: datetime) -> Job | None:
+    """The first due job in lease order whose type has a handler, or None.
+
+    Due jobs are read in lease order (``due_jobs``), one at first and more while only jobs without
+    a handler come back; nothing is leased, so the others stay exactly as they are."""
+    limit = 1
+    while True:
+        due = app.repository.due_jobs(now=now, queues=queues, limit=limit)
+        for job in due:
+            if job.job_type in app.handlers:
+                return job
+        if len(due) < limit:
+            return None
+        limit *= 8
+
+
 def _waiting(app: Tether, queues: Sequence[str] | None) -> list[Job]:
     """Queued and retrying jobs (of these queues), by ascending id."""
     found = [
@@ -195,13 +230,14 @@ def drain(
     """Run every due job of ``app`` inline, one at a time in lease order, until none is left.
 
     Jobs are leased straight from ``app.repository`` (priority DESC, scheduled_at ASC, id ASC),
-    whatever the dispatcher, so jobs a handler enqueues are run by the same call once due.
+    whatever the dispatcher, so jobs a handler enqueues are run by the same call once due.  Jobs
+    of a type ``app`` has no handler for are skipped, left untouched and reported as pending.
 
     Args:
         app: the app (normally :func:`tether.testing.fake_app`'s) whose handlers run the jobs.
         advance_clock: when nothing is due, move ``app.clock`` (a FakeClock) to the earliest
-            ``scheduled_at`` of the waiting jobs and go on (retries, ``delay=`` jobs); when False,
-            stop instead.
+            ``scheduled_at`` of the waiting jobs it can run and go on (retries, ``delay=`` jobs,
+            snoozes); when False, stop instead.
         max_jobs: most attempts to run (1-10,000,000).
         queues: only these queues (None: all).
         until: never move the clock past this instant (an aware datetime, or a timedelta after
@@ -251,23 +287,29 @@ def drain(
     def report(pending: Sequence[Job] = ()) -> DrainReport:
         return DrainReport(tuple(runs), tuple(moves), tuple(pending))
 
+    def runnable(jobs: Sequence[Job]) -> list[Job]:
+        return [job for job in jobs if job.job_type in app.handlers]
+
     while True:
         now = clock.now()
+        due = _first_runnable(app, queues, now)
         if len(runs) >= max_jobs:
-            if app.repository.due_jobs(now=now, queues=queues, limit=1):
+            if due is not None:
                 raise DrainLimitExceeded(report(), max_jobs)
             waiting = _waiting(app, queues)
-            if advance_clock and any(horizon is None or job.scheduled_at <= horizon for job in waiting):
+            if advance_clock and any(horizon is None or job.scheduled_at <= horizon for job in runnable(waiting)):
                 raise DrainLimitExceeded(report(waiting), max_jobs)
             return report(waiting)
-        leased = app.repository.lease(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=1)
-        if leased:
-            runs.append(_run(app, leased[0], worker_id=worker_id, lease_timeout=lease_timeout, jitter=jitter))
+        if due is not None:
+            leased = app.repository.lease_job(due.id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
+            if leased is None:  # due yet not leasable would be a repository bug; stop rather than spin
+                return report(_waiting(app, queues))
+            runs.append(_run(app, leased, worker_id=worker_id, lease_timeout=lease_timeout, jitter=jitter))
             continue
         waiting = _waiting(app, queues)
-        if not advance_clock or not waiting:
+        if not advance_clock or not runnable(waiting):
             return report(waiting)
-        earliest = min(job.scheduled_at for job in waiting)
+        earliest = min(job.scheduled_at for job in runnable(waiting))
         if earliest <= now or (horizon is not None and earliest > horizon):
             # due yet not leasable would be a repository bug; stop rather than spin
             return report(waiting)
@@ -292,9 +334,9 @@ def _run(app: Tether, job: Job, *, worker_id: str, lease_timeout: float, jitter:
         payload=job.payload,
         attempt=job.attempts,
         outcome=result.outcome,
-        error=(written.last_error if recorded and result.outcome is not Outcome.COMPLETED else result.error),
+        error=(written.last_error if recorded and result.outcome in (Outcome.RETRYING, Outcome.DEAD) else result.error),
         ran_at=ran_at,
-        retry_at=written.scheduled_at if result.outcome is Outcome.RETRYING else None,
+        retry_at=written.scheduled_at if result.outcome in (Outcome.RETRYING, Outcome.SNOOZED) else None,
         job=written,
         exception=result.exception,
     )

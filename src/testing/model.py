@@ -14,9 +14,16 @@ The rules, restated:
   complete -> completed; fail -> retrying at ``retry_at`` if given and attempts < max, else dead;
   dead letter -> dead; heartbeat -> expiry ``max(old, now + timeout)``; release -> queued, due now,
   attempts - 1, the last error (or none) kept.
+- snooze: like release, but due at the time the holder names.
 - reap: running jobs whose expiry <= now -> retrying due now (attempts < max) or dead.
-- retry_dead: dead -> queued, attempts 0, due now.  purge: completed/dead with finished_at < cutoff
-  are deleted and free their keys.
+- cancel (an operator): queued/retrying -> cancelled now (finished now, request time now);
+  running -> stays running, the request time recorded (the first one kept); completed, dead or
+  cancelled -> refused ("invalid"), unknown -> "not found".
+- once a running job carries a cancel request, whatever its holder writes (complete, fail, dead
+  letter, release, snooze) and the reaper make it cancelled, finished now, attempts unchanged,
+  the error set by a failure or the reaper (else kept).  A heartbeat keeps the request.
+- retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
+  completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
 """
 
 from __future__ import annotations
@@ -24,8 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-QUEUED, RUNNING, RETRYING, COMPLETED, DEAD = "queued", "running", "retrying", "completed", "dead"
-STATUSES = (QUEUED, RUNNING, RETRYING, COMPLETED, DEAD)
+QUEUED, RUNNING, RETRYING, COMPLETED, DEAD, CANCELLED = (
+    "queued", "running", "retrying", "completed", "dead", "cancelled"
+)
+STATUSES = (QUEUED, RUNNING, RETRYING, COMPLETED, DEAD, CANCELLED)
+#: Statuses nothing but purge (and a manual retry of dead or cancelled jobs) moves a job out of.
+FINISHED = (COMPLETED, DEAD, CANCELLED)
 
 
 class ModelLeaseLost(Exception):
@@ -58,6 +69,7 @@ class ModelJob:
     lease_expires_at: datetime | None = None
     has_error: bool = False
     finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
 
     def due(self, now: datetime) -> bool:
         return self.status in (QUEUED, RETRYING) and self.scheduled_at <= now
@@ -69,6 +81,14 @@ class ModelJob:
         self.token = None
         self.worker = None
         self.lease_expires_at = None
+
+    def _end_cancelled(self, now: datetime, *, error: bool) -> ModelJob:
+        """The outcome of any write on a running job whose cancellation was requested."""
+        self.status, self.finished_at = CANCELLED, now
+        if error:
+            self.has_error = True
+        self._drop_lease()
+        return self
 
 
 class JobModel:
@@ -127,12 +147,16 @@ class JobModel:
     # -- holder writes -----------------------------------------------------------------------
     def complete(self, ordinal: int, token: str, *, now: datetime) -> ModelJob:
         job = self._holder(ordinal, token)
+        if job.cancel_requested_at is not None:
+            return job._end_cancelled(now, error=False)
         job.status, job.finished_at = COMPLETED, now
         job._drop_lease()
         return job
 
     def fail(self, ordinal: int, token: str, *, now: datetime, retry_at: datetime | None) -> ModelJob:
         job = self._holder(ordinal, token)
+        if job.cancel_requested_at is not None:
+            return job._end_cancelled(now, error=True)
         job.has_error = True
         job._drop_lease()
         if retry_at is not None and job.attempts < job.max_attempts:
@@ -151,11 +175,40 @@ class JobModel:
         return job
 
     def release(self, ordinal: int, token: str, *, now: datetime) -> ModelJob:
+        return self.snooze(ordinal, token, now=now, until=now)
+
+    def snooze(self, ordinal: int, token: str, *, now: datetime, until: datetime) -> ModelJob:
         job = self._holder(ordinal, token)
-        job.status, job.scheduled_at = QUEUED, now
-        job.attempts -= 1  # has_error unchanged: a release is not a failure
+        if job.cancel_requested_at is not None:
+            return job._end_cancelled(now, error=False)
+        job.status, job.scheduled_at = QUEUED, until
+        job.attempts -= 1  # has_error unchanged: giving a job back is not a failure
         job._drop_lease()
         return job
+
+    # -- operators ---------------------------------------------------------------------------
+    def cancel(self, ordinal: int, *, now: datetime) -> ModelJob:
+        job = self.jobs.get(ordinal)
+        if job is None:
+            raise ModelNotFound(ordinal)
+        if job.status in (QUEUED, RETRYING):
+            job.status, job.finished_at, job.cancel_requested_at = CANCELLED, now, now
+        elif job.status == RUNNING:
+            if job.cancel_requested_at is None:
+                job.cancel_requested_at = now
+        else:
+            raise ModelInvalid(ordinal)
+        return job
+
+    def cancel_many(self, *, now: datetime, queues: tuple[str, ...] | None, limit: int) -> list[ModelJob]:
+        """Cancel the first ``limit`` jobs by ordinal of these queues that a cancel still changes
+        (queued, retrying, or running without a request yet)."""
+        chosen = [
+            j for j in sorted(self.jobs.values(), key=lambda j: j.ordinal)
+            if (queues is None or j.queue in queues)
+            and (j.status in (QUEUED, RETRYING) or (j.status == RUNNING and j.cancel_requested_at is None))
+        ][:limit]
+        return [self.cancel(j.ordinal, now=now) for j in chosen]
 
     # -- maintenance -------------------------------------------------------------------------
     def expired(self, now: datetime) -> list[int]:
@@ -167,6 +220,8 @@ class JobModel:
 
     def reap(self, ordinal: int, *, now: datetime) -> ModelJob:
         job = self.jobs[ordinal]
+        if job.cancel_requested_at is not None:
+            return job._end_cancelled(now, error=True)
         job.has_error = True
         job._drop_lease()
         if job.attempts < job.max_attempts:
@@ -179,16 +234,17 @@ class JobModel:
         job = self.jobs.get(ordinal)
         if job is None:
             raise ModelNotFound(ordinal)
-        if job.status != DEAD:
+        if job.status not in (DEAD, CANCELLED):
             raise ModelInvalid(ordinal)
         job.status, job.attempts, job.scheduled_at, job.finished_at = QUEUED, 0, now, None
+        job.cancel_requested_at = None
         return job
 
     def purge(self, *, older_than: datetime) -> list[int]:
         doomed = [
             j.ordinal
             for j in self.jobs.values()
-            if j.status in (COMPLETED, DEAD) and j.finished_at is not None and j.finished_at < older_than
+            if j.status in FINISHED and j.finished_at is not None and j.finished_at < older_than
         ]
         for ordinal in doomed:
             job = self.jobs.pop(ordinal)
@@ -207,4 +263,4 @@ class JobModel:
         return [j for j in self.jobs.values() if j.status == RUNNING]
 
 
-__all__ = ["STATUSES", "JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound"]
+__all__ = ["FINISHED", "STATUSES", "JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound"]

@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import MetaData, create_engine, inspect, text
+from sqlalchemy import MetaData, create_engine, insert, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from tether.adapters.sqlalchemy import migrations, open_repository
+from tether.adapters.sqlalchemy.mapping import inserted_job, new_job_values
 from tether.adapters.sqlalchemy.migrations import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE
 from tether.adapters.sqlalchemy.schema import build_tables
 from tether.domain.errors import ConfigurationError, ValidationError
-from tether.domain.job import NewJob
+from tether.domain.job import Job, JobStatus, NewJob
 from tether.domain.validation import prepare_job
 
 from tests.conftest import DATABASE_URL
@@ -79,6 +80,14 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         engine.dispose()
     else:
         yield from _pg_target(request.node.name.split("[")[0][-20:])
+
+
+def store_old(repo: Any, new: NewJob) -> Job:
+    """Store ``new`` (queued) in a schema of an older revision: only the columns every revision has
+    (today's ``repo.enqueue`` would ask for columns it lacks); the job as the head reads it."""
+    with repo.engine.begin() as conn:
+        job_id = conn.execute(insert(repo.table).values(**new_job_values(new, NOW)).returning(repo.table.c.id)).scalar_one()
+    return inserted_job(new, job_id, NOW)
 
 
 # -- what a schema looks like ----------------------------------------------------------------------
@@ -180,7 +189,7 @@ def assert_at_head(target: Target, tmp_path: Path) -> None:
 def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
     revisions = migrations.shipped_revisions()
     assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
-    assert revisions[-1] == HEAD_REVISION == "0003"
+    assert revisions[-1] == HEAD_REVISION == "0004"
     assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
 
 
@@ -218,8 +227,8 @@ def test_a_database_of_the_runner_before_alembic_is_stamped_and_upgraded(
             old.check_schema()
         assert f"the Tether schema is version 1, this Tether needs {SCHEMA_VERSION}" in str(info.value)
         assert "tether db upgrade" in str(info.value)
-        stored = [old.enqueue(new_job(n, key=f"key-{n}" if n % 2 else None), now=NOW).job for n in range(6)]
-        purged_id = old.enqueue(new_job(99), now=NOW).job.id
+        stored = [store_old(old, new_job(n, key=f"key-{n}" if n % 2 else None)) for n in range(6)]
+        purged_id = store_old(old, new_job(99)).id
         with old.engine.begin() as conn:  # a purged job: its id must never be handed out again
             conn.execute(old.table.delete().where(old.table.c.id == purged_id))
     finally:
@@ -241,6 +250,50 @@ def test_a_database_of_the_runner_before_alembic_is_stamped_and_upgraded(
             assert conn.exec_driver_sql(f"SELECT version FROM {target.qualified('tether_schema_version')}").all() == [
                 (SCHEMA_VERSION,)
             ]
+
+
+def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Target, tmp_path: Path) -> None:
+    from alembic import command
+
+    with target.engine.begin() as conn:
+        if target.schema:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{target.schema}"')
+        command.upgrade(migrations.alembic_config(target.schema, connection=conn), "0002")
+    old = target.open(create=False, check=False)  # no upgrade yet
+    table = old.table
+    older_columns = [c for c in table.c if c.name != "cancel_requested_at"]
+    try:
+        assert old.schema_version() == 2
+        stored = [store_old(old, new_job(n, key=f"key-{n}" if n % 2 else None)) for n in range(5)]
+        purged_id = store_old(old, new_job(99)).id
+        running, dead, completed = stored[1].id, stored[2].id, stored[3].id
+        with old.engine.begin() as conn:  # rows in every kind of state, as 0002 stored them
+            conn.execute(table.update().where(table.c.id == running).values(
+                status="running", attempts=1, lease_token="a" * 32, leased_by="w-1", leased_at=NOW,
+                lease_expires_at=NOW + timedelta(minutes=15)))
+            conn.execute(table.update().where(table.c.id == dead).values(
+                status="dead", attempts=1, last_error="ValueError: x", finished_at=NOW))
+            conn.execute(table.update().where(table.c.id == completed).values(status="completed", finished_at=NOW))
+            conn.execute(table.delete().where(table.c.id == purged_id))
+            before = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
+    finally:
+        old.close()
+
+    repo = target.open()  # create=True upgrades
+    try:
+        assert repo.schema_version() == SCHEMA_VERSION == 3
+        assert_at_head(target, tmp_path)
+        with repo.engine.connect() as conn:
+            after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
+        assert after == before and len(after) == 5
+        assert all(repo.get(row.id).cancel_requested_at is None for row in after)
+        assert repo.get(running).lease_token == "a" * 32
+        later = NOW + timedelta(seconds=5)
+        assert repo.cancel(running, now=later).cancel_requested_at == later  # the new column and CHECKs work
+        assert repo.cancel(stored[0].id, now=later).status is JobStatus.CANCELLED
+        assert repo.enqueue(new_job(7), now=NOW).job.id > purged_id
+    finally:
+        repo.close()
 
 
 def test_a_revision_this_tether_does_not_ship_is_refused_and_left_alone(target: Target) -> None:

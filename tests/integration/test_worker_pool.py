@@ -140,22 +140,20 @@ def test_max_attempts_one_and_a_transient_error_is_dead_after_one_run() -> None:
     assert (app.get(job.id).status, app.get(job.id).attempts, len(calls)) == (JobStatus.DEAD, 1, 1)
 
 
-def test_unknown_job_type_goes_dead_with_a_clear_error() -> None:
+def test_unknown_job_type_is_handed_back_never_dead() -> None:
     app = make_app()
 
     @app.handler("known")
     def known(payload: dict) -> None: ...
 
-    job = app.enqueue("never.registered", {}, max_attempts=5).job
+    job = app.enqueue("never.registered", {}, max_attempts=1).job
     ok = app.enqueue("known", {}).job
     stats = run_until_idle(app, concurrency=1)
     final = app.get(job.id)
-    assert (final.status, final.attempts) == (JobStatus.DEAD, 1)
-    assert final.last_error is not None
-    assert final.last_error.startswith("UnknownJobType: no handler is registered for job type 'never.registered'")
-    assert "known" in final.last_error
+    assert (final.status, final.attempts, final.last_error) == (JobStatus.QUEUED, 0, None)  # its one attempt kept
+    assert final.scheduled_at > job.scheduled_at
     assert app.get(ok.id).status is JobStatus.COMPLETED
-    assert (stats.dead, stats.completed) == (1, 1)  # type: ignore[attr-defined]
+    assert (stats.dead, stats.completed, stats.no_handler) == (0, 1, 1)  # type: ignore[attr-defined]
 
 
 def test_c17_a_failure_hook_that_raises_is_logged_and_the_worker_goes_on(caplog: pytest.LogCaptureFixture) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import attrs
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -63,6 +64,19 @@ class ReaperIgnoresExpiryRepository(InMemoryJobRepository):
         return super().reap(now=now + timedelta(seconds=60), limit=limit)
 
 
+class ResurrectingReaperRepository(InMemoryJobRepository):
+    """Planted bug: the reaper forgets an operator's cancel, so a cancelled running job whose lease
+    expired comes back as ``retrying`` (and runs again) instead of ending ``cancelled``."""
+
+    def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
+        with self._lock:
+            for job_id in list(self._running):
+                job = self._jobs[job_id]
+                if job.cancel_requested_at is not None and job.lease_expired(now):
+                    self._jobs[job_id] = attrs.evolve(job, cancel_requested_at=None)
+            return super().reap(now=now, limit=limit)
+
+
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
@@ -70,8 +84,9 @@ class ReaperIgnoresExpiryRepository(InMemoryJobRepository):
         (JobHistoryFenceRepository, ("fail with a stale token was accepted",)),
         # seen either when the reaper returns jobs the model keeps, or on the times it wrote
         (ReaperIgnoresExpiryRepository, ("the model expected ordinals", "(repository, model) differ")),
+        (ResurrectingReaperRepository, ("(repository, model) differ",)),
     ],
-    ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper"],
+    ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled"],
 )
 def test_state_machine_finds_the_planted_bug(
     repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]
@@ -91,8 +106,8 @@ def test_the_correct_repository_passes_the_same_budget() -> None:
 
 @pytest.mark.parametrize(
     "repository_class",
-    [TokenBlindCompleteRepository, ReaperIgnoresExpiryRepository],
-    ids=["complete-ignores-token", "early-reaper"],
+    [TokenBlindCompleteRepository, ReaperIgnoresExpiryRepository, ResurrectingReaperRepository],
+    ids=["complete-ignores-token", "early-reaper", "reaper-resurrects-cancelled"],
 )
 def test_lockstep_machine_finds_a_repository_that_differs(repository_class: type[InMemoryJobRepository]) -> None:
     machine = lockstep_machine(InMemoryJobRepository, repository_class, name="PlantedLockstep")

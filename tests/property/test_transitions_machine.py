@@ -1,9 +1,11 @@
 """A Hypothesis state machine over the pure functions of tether.domain.transitions.
 
-The model is a few plain fields per job (status, attempts, current token, expiry), written from
-the design's table, not from the code under test.  Invariants: attempts never exceed
-max_attempts; completed and dead jobs absorb every move but a manual retry of a dead job; a write
-with a token that does not hold the job raises LeaseLost and the stored job stays as it was.
+The model is a few plain fields per job (status, attempts, current token, expiry, whether a
+cancellation was requested), written from the design's table, not from the code under test.
+Invariants: attempts never exceed max_attempts; completed, dead and cancelled jobs absorb every
+move but a manual retry of a dead or cancelled job; once a cancellation is requested every
+outcome of the running job is cancelled; a write with a token that does not hold the job raises
+LeaseLost and the stored job stays as it was.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from tether.domain.validation import prepare_job
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 TIMEOUT = 30.0
-HOLDER_MOVES = ("complete", "fail_retry", "fail_final", "dead_letter", "heartbeat", "release")
+HOLDER_MOVES = ("complete", "fail_retry", "fail_final", "dead_letter", "heartbeat", "release", "snooze")
+FINISHED = ("completed", "dead", "cancelled")
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Expect:
     scheduled_at: datetime
     token: str | None = None
     expires: datetime | None = None
+    requested: bool = False
 
 
 class TransitionsMachine(RuleBasedStateMachine):
@@ -57,10 +61,14 @@ class TransitionsMachine(RuleBasedStateMachine):
             return transitions.dead_letter(job, token=token, now=self.now, error="E")
         if move == "heartbeat":
             return transitions.heartbeat(job, token=token, now=self.now, lease_timeout=TIMEOUT)
+        if move == "snooze":
+            return transitions.snooze(job, token=token, now=self.now, until=self.now + timedelta(seconds=7))
         assert move == "release"
         return transitions.release(job, token=token, now=self.now)
 
     def _expect_after(self, move: str, e: Expect) -> Expect:
+        if e.requested and move != "heartbeat":
+            return Expect("cancelled", e.attempts, e.max_attempts, e.scheduled_at, requested=True)
         if move == "complete":
             return Expect("completed", e.attempts, e.max_attempts, e.scheduled_at)
         if move == "fail_retry" and e.attempts < e.max_attempts:
@@ -70,7 +78,9 @@ class TransitionsMachine(RuleBasedStateMachine):
         if move == "heartbeat":
             assert e.expires is not None
             return Expect("running", e.attempts, e.max_attempts, e.scheduled_at, e.token,
-                          max(e.expires, self.now + timedelta(seconds=TIMEOUT)))
+                          max(e.expires, self.now + timedelta(seconds=TIMEOUT)), e.requested)
+        if move == "snooze":
+            return Expect("queued", e.attempts - 1, e.max_attempts, self.now + timedelta(seconds=7))
         return Expect("queued", e.attempts - 1, e.max_attempts, self.now)
 
     # -- rules -------------------------------------------------------------------------------
@@ -137,7 +147,9 @@ class TransitionsMachine(RuleBasedStateMachine):
                 transitions.reap(self.jobs[job_id], now=self.now, token=e.token)
             return
         self.jobs[job_id] = transitions.reap(self.jobs[job_id], now=self.now, token=e.token)
-        if e.attempts < e.max_attempts:
+        if e.requested:
+            self.model[job_id] = Expect("cancelled", e.attempts, e.max_attempts, e.scheduled_at, requested=True)
+        elif e.attempts < e.max_attempts:
             self.model[job_id] = Expect("retrying", e.attempts, e.max_attempts, self.now)
         else:
             self.model[job_id] = Expect("dead", e.attempts, e.max_attempts, e.scheduled_at)
@@ -147,23 +159,40 @@ class TransitionsMachine(RuleBasedStateMachine):
     def retry_dead(self, data: st.DataObject) -> None:
         job_id = data.draw(st.sampled_from(sorted(self.jobs)))
         e = self.model[job_id]
-        if e.status != "dead":
+        if e.status not in ("dead", "cancelled"):
             with pytest.raises(InvalidTransition):
                 transitions.retry_dead(self.jobs[job_id], now=self.now)
             return
         self.jobs[job_id] = transitions.retry_dead(self.jobs[job_id], now=self.now)
         self.model[job_id] = Expect("queued", 0, e.max_attempts, self.now)
 
-    @precondition(lambda self: any(e.status in ("completed", "dead") for e in self.model.values()))
+    @precondition(lambda self: bool(self.jobs))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(sorted(self.jobs)))
+        e = self.model[job_id]
+        if e.status in FINISHED:
+            with pytest.raises(InvalidTransition):
+                transitions.cancel(self.jobs[job_id], now=self.now)
+            return
+        self.jobs[job_id] = transitions.cancel(self.jobs[job_id], now=self.now)
+        if e.status == "running":
+            self.model[job_id] = Expect("running", e.attempts, e.max_attempts, e.scheduled_at, e.token, e.expires, True)
+        else:
+            self.model[job_id] = Expect("cancelled", e.attempts, e.max_attempts, e.scheduled_at, requested=True)
+
+    @precondition(lambda self: any(e.status in FINISHED for e in self.model.values()))
     @rule(data=st.data())
     def terminal_absorbs(self, data: st.DataObject) -> None:
-        job_id = data.draw(st.sampled_from(sorted(i for i, e in self.model.items() if e.status in ("completed", "dead"))))
+        job_id = data.draw(st.sampled_from(sorted(i for i, e in self.model.items() if e.status in FINISHED)))
         job = self.jobs[job_id]
+        last = (self.tokens[job_id] or [new_lease_token()])[-1]  # a job cancelled while queued never had one
         moves: list[Any] = [
             lambda: transitions.lease(job, now=self.now + timedelta(days=1), token=new_lease_token(), worker_id="w",
                                       lease_timeout=TIMEOUT),
-            lambda: transitions.reap(job, now=self.now + timedelta(days=1), token=self.tokens[job_id][-1]),
-        ] + [lambda m=m: self._holder_move(m, job, self.tokens[job_id][-1]) for m in HOLDER_MOVES]
+            lambda: transitions.reap(job, now=self.now + timedelta(days=1), token=last),
+            lambda: transitions.cancel(job, now=self.now),
+        ] + [lambda m=m: self._holder_move(m, job, last) for m in HOLDER_MOVES]
         if job.status is JobStatus.COMPLETED:
             moves.append(lambda: transitions.retry_dead(job, now=self.now))
         for move in moves:
@@ -179,6 +208,8 @@ class TransitionsMachine(RuleBasedStateMachine):
             assert got == (e.status, e.attempts, e.max_attempts, e.scheduled_at, e.token, e.expires), f"job {job_id}"
             assert 0 <= job.attempts <= job.max_attempts
             assert (job.finished_at is not None) == job.status.is_terminal
+            assert (job.cancel_requested_at is not None) == e.requested
+            assert job.cancel_requested_at is None or job.status in (JobStatus.RUNNING, JobStatus.CANCELLED)
 
 
 TransitionsMachine.TestCase.settings = settings(

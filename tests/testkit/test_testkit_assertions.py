@@ -95,11 +95,12 @@ def test_assert_not_enqueued(app: Tether) -> None:
 
 def test_enqueued_jobs_filters_and_finished_jobs_still_count(app: Tether) -> None:
     app.register("emails.send", lambda payload: None)
-    drain(app)  # emails complete; reports.build has no handler here and goes dead
+    drain(app)  # emails complete; reports.build has no handler here and is left queued (pending)
     assert [j.id for j in enqueued_jobs(app)] == [1, 2, 3]
     assert [j.id for j in enqueued_jobs(app, "emails.send")] == [1, 2]
     assert [j.id for j in enqueued_jobs(app, "emails.send", {"to": "bob@example.com", "template": "welcome"})] == [2]
-    assert [j.id for j in enqueued_jobs(app, status=JobStatus.DEAD)] == [3]
+    assert [j.id for j in enqueued_jobs(app, status=JobStatus.QUEUED)] == [3]
+    assert enqueued_jobs(app, status=JobStatus.DEAD) == []
     assert [j.id for j in enqueued_jobs(app, status="completed", queue="default")] == [1]
     assert len(assert_enqueued(app, "emails.send", count=2)) == 2
 

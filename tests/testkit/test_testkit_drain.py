@@ -95,15 +95,56 @@ def test_a_permanent_error_is_dead_at_once_and_the_clock_stays() -> None:
     assert app.get(job.id).status is JobStatus.DEAD
 
 
-def test_an_unknown_job_type_is_dead_with_a_clear_error() -> None:
+def test_a_job_type_without_a_handler_is_left_pending_untouched() -> None:
     app = fake_app()
-    job = app.enqueue("nobody.handles.this", {"x": 1}).job
+    app.register("emails.send", lambda payload: None)
+    foreign = app.enqueue("nobody.handles.this", {"x": 1}, priority=5).job  # at the head of the queue
+    later = app.enqueue("nobody.handles.this", {"x": 2}, delay=3600).job  # would make the clock move
+    ours = app.enqueue("emails.send", {"to": "a"}).job
     report = drain(app)
-    assert [(r.job_type, r.outcome, r.attempt) for r in report] == [("nobody.handles.this", "dead", 1)]
-    error = report.dead[0].error
-    assert error is not None and error.startswith("UnknownJobType: no handler is registered for job type 'nobody.handles.this'")
-    assert app.get(job.id).last_error == error
-    assert report.dead[0].exception is None
+    assert [(r.job_id, r.outcome) for r in report] == [(ours.id, "completed")]
+    assert [j.id for j in report.pending] == [foreign.id, later.id]
+    assert report.clock_moves == () and app.clock.now() == T0  # never advanced for jobs it cannot run
+    assert app.get(foreign.id) == foreign and app.get(later.id) == later  # left exactly as they were
+    assert drain(app).runs == ()  # and a second drain does not loop on them either
+    assert "left pending: #1 nobody.handles.this" in str(drain(app))
+
+
+def test_a_snooze_is_run_again_at_its_time_without_using_an_attempt() -> None:
+    app = fake_app()
+    calls: list[int] = []
+
+    @app.handler("poll.api", max_attempts=1)
+    def poll(payload: Any, ctx: JobContext) -> None:
+        calls.append(ctx.attempt)
+        if len(calls) < 3:
+            raise tether.Snooze(timedelta(minutes=1))
+
+    job = app.enqueue("poll.api", {}).job
+    report = drain(app)
+    assert [(r.outcome, r.attempt, r.retry_at) for r in report] == [
+        ("snoozed", 1, seconds(60)), ("snoozed", 1, seconds(120)), ("completed", 1, None)]
+    assert report.clock_moves == (seconds(60), seconds(120)) and len(report.snoozed) == 2
+    final = app.get(job.id)
+    assert (final.status, final.attempts, final.last_error) == (JobStatus.COMPLETED, 1, None)
+    assert "2 snoozed, 0 cancelled" in str(report).splitlines()[0]
+
+
+def test_a_job_cancelled_while_its_handler_runs_is_recorded_cancelled() -> None:
+    app = fake_app()
+    seen: list[bool] = []
+
+    @app.handler("long.task")
+    def long_task(payload: Any, ctx: JobContext) -> None:
+        app.cancel(ctx.job.id)  # an operator, meanwhile
+        ctx.heartbeat()  # the heartbeat's answer carries the request
+        seen.append(ctx.cancelled)
+
+    job = app.enqueue("long.task", {}).job
+    report = drain(app)
+    assert seen == [True]
+    assert [(r.job_id, r.outcome) for r in report] == [(job.id, "cancelled")] and len(report.cancelled) == 1
+    assert app.get(job.id).status is JobStatus.CANCELLED and report.pending == ()
 
 
 def test_without_advance_clock_retries_are_left_pending() -> None:
@@ -252,8 +293,8 @@ def test_drain_matches_a_real_worker_pool_outcome_for_outcome() -> None:
     build(pooled)
     drain(drained)
     stats = pooled.worker(concurrency=1, worker_id="pool-1").run(stop_when_idle=True, install_signal_handlers=False)
-    assert outcomes(drained) == outcomes(pooled)
-    assert (stats.completed, stats.dead) == (1, 3)
+    assert outcomes(drained) == outcomes(pooled)  # the job without a handler: queued, no attempt used, in both
+    assert (stats.completed, stats.dead) == (1, 2) and stats.no_handler <= 1
     pooled.close()
 
 

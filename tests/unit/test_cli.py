@@ -103,8 +103,8 @@ BAD_INPUT = [
     (["enqueue", "x", "--priority", "-2147483649"], "--priority: must be between -2147483648 and 2147483647, got -2147483649"),
     (["enqueue", "x", "--max-attempts", "10001"], "--max-attempts: must be between 1 and 10000, got 10001"),
     (["purge", "--older-than", "1e15"], "--older-than: must be at most 3,155,760,000 seconds (100 years), got 1e+15"),
-    (["jobs", "list", "--status", "finished"], "--status: must be one of queued, running, retrying, completed, dead, got 'finished'"),
-    (["jobs", "list", "-s", "bogus"], "--status: must be one of queued, running, retrying, completed, dead, got 'bogus'"),
+    (["jobs", "list", "--status", "finished"], "--status: must be one of queued, running, retrying, completed, dead, cancelled, got 'finished'"),
+    (["jobs", "list", "-s", "bogus"], "--status: must be one of queued, running, retrying, completed, dead, cancelled, got 'bogus'"),
     (["jobs", "list", "--queue", "a b"], "--queue: 'a b' is not a queue name"),
     (["jobs", "list", "--limit", "0"], "--limit: must be an integer from 1 to 10,000, got 0"),
     (["jobs", "list", "-n", "many"], "--limit: must be an integer from 1 to 10,000, got 'many'"),
@@ -115,6 +115,15 @@ BAD_INPUT = [
     (["purge", "--older-than", "a week"], "--older-than: must be a number of seconds, got 'a week'"),
     (["purge"], "--older-than: is required"),
     (["jobs", "show", "seven"], "ID: must be an integer, got 'seven'"),
+    (["jobs", "cancel"], "--all: name jobs (ID or --key) or a filter (--queue, --status, --job-type), or pass --all"),
+    (["jobs", "cancel", "--status", "completed"], "--status: must be one of queued, retrying, running, got 'completed'"),
+    (["jobs", "cancel", "-s", "bogus"], "--status: must be one of queued, retrying, running, got 'bogus'"),
+    (["jobs", "cancel", "seven"], "ID: must be an integer >= 1, got 'seven'"),
+    (["jobs", "cancel", "3", "--queue", "a"], "--queue: cancels the jobs a filter matches; not with job ids or --key"),
+    (["jobs", "cancel", "3", "--key", "k"], "--key: give job ids or --key, not both"),
+    (["jobs", "cancel", "--queue", "a", "--all"], "--all: cancels every job; not with --queue, --status or --job-type"),
+    (["jobs", "cancel", "--queue", "a b"], "--queue: 'a b' is not a queue name"),
+    (["jobs", "cancel", "--job-type", "a b"], "--job-type: 'a b' is not a job type"),
     (["retry", "seven"], "ID: must be an integer, got 'seven'"),
     (["worker", "--app", "tether_no_such_module_here:app"], "--app: cannot import 'tether_no_such_module_here'"),
     (["worker", "--app", "json:dumps", "--concurrency", "0"], "concurrency (--concurrency, TETHER_CONCURRENCY): must be from 1"),
@@ -338,7 +347,7 @@ def test_enqueue_list_show_with_idempotency(db: str) -> None:
 
     listed = cli_json("jobs", "list", "--database-url", db)
     assert [j["id"] for j in listed["jobs"]] == [job["id"], later["id"], at["id"]]
-    assert listed["counts"] == {"queued": 3, "running": 0, "retrying": 0, "completed": 0, "dead": 0}
+    assert listed["counts"] == {"queued": 3, "running": 0, "retrying": 0, "completed": 0, "dead": 0, "cancelled": 0}
     assert [j["id"] for j in cli_json("jobs", "list", "--queue", "mail", "--database-url", db)["jobs"]] == [job["id"]]
     assert cli_json("jobs", "list", "--status", "dead", "--database-url", db)["jobs"] == []
     assert len(cli_json("jobs", "list", "--limit", "2", "--offset", "1", "--database-url", db)["jobs"]) == 2
@@ -405,6 +414,40 @@ def test_retry_of_a_dead_job_and_of_a_live_one(db: str) -> None:
     assert not_dead.exit_code == 2
     assert one_error_line(not_dead) == f"job {job_id}: cannot retry a job that is queued"
     assert cli_json("jobs", "show", str(job_id), "--database-url", db)["status"] == "queued"
+
+
+def test_jobs_cancel_by_id_key_and_filter(db: str) -> None:
+    ids = [cli_json("enqueue", "mail", "--queue", "q1" if n < 4 else "q2", "--database-url", db)["job"]["id"] for n in range(6)]
+    keyed = cli_json("enqueue", "report", "-k", "monthly-7", "--database-url", db)["job"]["id"]
+    done = cli_json("enqueue", "noop", "--database-url", db)["job"]["id"]
+    _run_until_idle(db, {"noop": lambda payload: None})
+
+    one = cli("jobs", "cancel", str(ids[0]), str(ids[1]), "--database-url", db)
+    assert one.exit_code == 0, one.output
+    assert one.output.splitlines() == [f"job {ids[0]} cancelled", f"job {ids[1]} cancelled"]
+    by_key = cli_json("jobs", "cancel", "--key", "monthly-7", "--database-url", db)
+    assert [(j["id"], j["status"]) for j in by_key] == [(keyed, "cancelled")] and by_key[0]["cancel_requested_at"]
+    bulk = cli("jobs", "cancel", "--queue", "q1", "--status", "queued", "--job-type", "mail", "--database-url", db)
+    assert bulk.exit_code == 0 and bulk.output.startswith("2 job(s) cancelled"), bulk.output
+    assert cli_json("jobs", "cancel", "--all", "--database-url", db) == {"cancelled": 2}
+    counts = cli_json("jobs", "list", "--database-url", db)["counts"]
+    assert (counts["cancelled"], counts["completed"], counts["queued"]) == (7, 1, 0)
+
+    fresh = cli_json("enqueue", "mail", "--database-url", db)["job"]["id"]
+    for args, message in [
+        ((str(done),), f"job {done}: cannot cancel a job that is completed"),
+        ((str(fresh), str(done)), f"job {done}: cannot cancel a job that is completed"),
+        ((str(ids[0]),), f"job {ids[0]}: cannot cancel a job that is cancelled"),
+        (("424242",), "job 424242: not found"),
+        (("--key", "nobody-has-it"), "--key: no job holds idempotency key 'nobody-has-it'"),
+    ]:
+        refused = cli("jobs", "cancel", *args, "--database-url", db)
+        assert refused.exit_code == 2 and one_error_line(refused) == message
+    assert cli_json("jobs", "show", str(done), "--database-url", db)["status"] == "completed"
+    assert cli_json("jobs", "show", str(fresh), "--database-url", db)["status"] == "queued"  # nothing written
+
+    result = cli("retry", str(ids[0]), "--database-url", db)  # a cancelled job can be retried
+    assert result.exit_code == 0 and f"job {ids[0]} is queued again" in result.output
 
 
 def test_purge_deletes_only_finished_jobs_older_than_the_cutoff(db: str) -> None:

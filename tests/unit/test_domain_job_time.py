@@ -16,7 +16,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_status_classes() -> None:
-    assert {s for s in JobStatus if s.is_terminal} == {JobStatus.COMPLETED, JobStatus.DEAD}
+    assert {s for s in JobStatus if s.is_terminal} == {JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED}
     assert {s for s in JobStatus if s.is_leasable} == {JobStatus.QUEUED, JobStatus.RETRYING}
     assert JobStatus("running") is JobStatus.RUNNING
 

@@ -138,6 +138,7 @@ HOLDER_WRITES: dict[str, Callable[[Job, str], Job]] = {
     "dead_letter": lambda j, t: transitions.dead_letter(j, token=t, now=at(1), error="E"),
     "heartbeat": lambda j, t: transitions.heartbeat(j, token=t, now=at(1), lease_timeout=60),
     "release": lambda j, t: transitions.release(j, token=t, now=at(1)),
+    "snooze": lambda j, t: transitions.snooze(j, token=t, now=at(1), until=at(30)),
     "reap": lambda j, t: transitions.reap(j, now=at(10_000), token=t),
 }
 
@@ -151,7 +152,7 @@ def test_holder_writes_with_another_token_raise_lease_lost(write: str) -> None:
 
 
 @pytest.mark.parametrize("write", sorted(HOLDER_WRITES))
-@pytest.mark.parametrize("state", ["queued", "retrying", "completed", "dead"])
+@pytest.mark.parametrize("state", ["queued", "retrying", "completed", "dead", "cancelled"])
 def test_holder_writes_on_a_job_not_running_raise_lease_lost(write: str, state: str) -> None:
     job = running()
     if state == "queued":
@@ -160,6 +161,8 @@ def test_holder_writes_on_a_job_not_running_raise_lease_lost(write: str, state: 
         job = transitions.fail(job, token="a" * 32, now=T0, error="E", retry_at=at(1))
     elif state == "completed":
         job = transitions.complete(job, token="a" * 32, now=T0)
+    elif state == "cancelled":
+        job = transitions.complete(transitions.cancel(job, now=T0), token="a" * 32, now=T0)
     else:
         job = transitions.dead_letter(job, token="a" * 32, now=T0, error="E")
     with pytest.raises(LeaseLost):
@@ -167,7 +170,7 @@ def test_holder_writes_on_a_job_not_running_raise_lease_lost(write: str, state: 
 
 
 @pytest.mark.parametrize("state", ["queued", "running", "retrying", "completed"])
-def test_retry_dead_refuses_jobs_that_are_not_dead(state: str) -> None:
+def test_retry_dead_refuses_jobs_that_are_neither_dead_nor_cancelled(state: str) -> None:
     job = running()
     if state == "queued":
         job = queued()
@@ -201,3 +204,92 @@ def test_c15_attempts_never_exceed_max_attempts() -> None:
     assert (job.status, job.attempts) == (JobStatus.DEAD, 3)
     with pytest.raises(InvalidTransition):
         transitions.lease(job, now=at(1000), token=new_lease_token(), worker_id="w", lease_timeout=60)
+
+
+# -- cancellation ----------------------------------------------------------------------------
+def retrying() -> Job:
+    return transitions.fail(running(), token="a" * 32, now=T0, error="ValueError: x", retry_at=at(50))
+
+
+@pytest.mark.parametrize("make", [queued, retrying], ids=["queued", "retrying"])
+def test_cancel_of_a_waiting_job_is_immediate(make: Callable[[], Job]) -> None:
+    before = make()
+    job = transitions.cancel(before, now=at(5))
+    assert job.status is JobStatus.CANCELLED and job.status.is_terminal
+    assert (job.finished_at, job.cancel_requested_at) == (at(5), at(5))
+    assert (job.attempts, job.scheduled_at, job.last_error) == (before.attempts, before.scheduled_at, before.last_error)
+    with pytest.raises(InvalidTransition):  # never leased again
+        transitions.lease(job, now=at(10_000), token="b" * 32, worker_id="w", lease_timeout=60)
+
+
+def test_cancel_of_a_running_job_stores_the_request_and_keeps_the_first() -> None:
+    job = transitions.cancel(running(), now=at(5))
+    assert job.status is JobStatus.RUNNING and job.cancel_requested_at == at(5) and job.lease_token == "a" * 32
+    assert transitions.cancel(job, now=at(9)) == job  # a second request changes nothing
+    beat = transitions.heartbeat(job, token="a" * 32, now=at(6), lease_timeout=60)
+    assert beat.cancel_requested_at == at(5) and beat.status is JobStatus.RUNNING  # the heartbeat's answer carries it
+
+
+@pytest.mark.parametrize("state", ["completed", "dead", "cancelled"])
+def test_cancel_of_a_finished_job_raises_naming_its_status(state: str) -> None:
+    job = {
+        "completed": lambda: transitions.complete(running(), token="a" * 32, now=T0),
+        "dead": lambda: transitions.dead_letter(running(), token="a" * 32, now=T0, error="E"),
+        "cancelled": lambda: transitions.cancel(queued(), now=T0),
+    }[state]()
+    with pytest.raises(InvalidTransition) as info:
+        transitions.cancel(job, now=at(1))
+    assert (info.value.status, info.value.action) == (state, "cancel")
+    assert f"cannot cancel a job that is {state}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("write", "error"),
+    [("complete", None), ("fail", "E"), ("dead_letter", "E"), ("release", None), ("snooze", None)],
+)
+def test_every_holder_outcome_of_a_cancel_requested_job_is_cancelled(write: str, error: str | None) -> None:
+    requested = transitions.cancel(running(), now=at(0.5))
+    job = HOLDER_WRITES[write](requested, "a" * 32)
+    assert job.status is JobStatus.CANCELLED and job.finished_at == at(1) and job.attempts == 1
+    assert (job.lease_token, job.leased_by, job.leased_at, job.lease_expires_at) == (None, None, None, None)
+    assert job.last_error == error and job.scheduled_at == requested.scheduled_at
+    assert job.cancel_requested_at == at(0.5)
+
+
+def test_the_reaper_makes_a_cancel_requested_job_cancelled_never_retrying() -> None:
+    requested = transitions.cancel(running(max_attempts=3), now=at(1))
+    job = transitions.reap(requested, now=at(60), token="a" * 32)
+    assert job.status is JobStatus.CANCELLED and job.finished_at == at(60) and job.attempts == 1
+    assert job.last_error == transitions.reap_error(requested)
+
+
+def test_retry_takes_a_cancelled_job_back_without_its_request() -> None:
+    cancelled = transitions.complete(transitions.cancel(running(), now=at(1)), token="a" * 32, now=at(2))
+    back = transitions.retry_dead(cancelled, now=at(3))
+    assert back.status is JobStatus.QUEUED and back.attempts == 0 and back.scheduled_at == at(3)
+    assert back.finished_at is None and back.cancel_requested_at is None
+    again = transitions.lease(back, now=at(3), token="b" * 32, worker_id="w", lease_timeout=60)
+    assert transitions.complete(again, token="b" * 32, now=at(4)).status is JobStatus.COMPLETED
+
+
+# -- snooze ----------------------------------------------------------------------------------
+def test_snooze_gives_the_attempt_back_and_is_due_later() -> None:
+    failed_once = transitions.lease(retrying(), now=at(50), token="b" * 32, worker_id="w", lease_timeout=60)
+    job = transitions.snooze(failed_once, token="b" * 32, now=at(51), until=at(81))
+    assert job.status is JobStatus.QUEUED and job.attempts == 1 and job.scheduled_at == at(81)
+    assert job.last_error == "ValueError: x" and job.finished_at is None  # not a failure
+    assert (job.lease_token, job.leased_by, job.leased_at, job.lease_expires_at) == (None, None, None, None)
+    assert not job.is_due(at(80.999)) and job.is_due(at(81))
+
+
+def test_snooze_validates_its_delay_naming_the_field() -> None:
+    from tether.domain.errors import ValidationError
+    from tether.domain.snooze import Snooze
+    from tether.domain.validation import SNOOZE_MAX_SECONDS
+
+    assert Snooze(0).seconds == 0.0 and Snooze(timedelta(minutes=2)).seconds == 120.0
+    assert Snooze(SNOOZE_MAX_SECONDS).seconds == SNOOZE_MAX_SECONDS
+    for bad in (-1, float("nan"), float("inf"), SNOOZE_MAX_SECONDS + 1, "5", True, None):
+        with pytest.raises(ValidationError) as info:
+            Snooze(bad)  # type: ignore[arg-type]
+        assert info.value.field == "seconds"

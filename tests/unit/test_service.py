@@ -344,6 +344,50 @@ def test_manual_retry_of_a_dead_job(app, repo, clock, dispatcher) -> None:
         app.retry(job.id)  # queued, not dead
 
 
+def test_cancel_and_retry_of_a_cancelled_job(app, repo, clock, dispatcher) -> None:
+    waiting = app.enqueue("t", {}).job
+    running = app.enqueue("t", {}, idempotency_key="k-1").job
+    leased = repo.lease_job(running.id, worker_id="w", now=clock.now(), lease_timeout=60)
+    clock.advance(2)
+    assert app.cancel(waiting.id).status is JobStatus.CANCELLED
+    asked = app.cancel(leased.id)
+    assert (asked.status, asked.cancel_requested_at) == (JobStatus.RUNNING, clock.now())
+    assert app.find_by_key("k-1") == asked and app.find_by_key("k-2") is None
+    with pytest.raises(InvalidTransition, match=f"job {waiting.id}: cannot cancel a job that is cancelled"):
+        app.cancel(waiting.id)
+    with pytest.raises(JobNotFound):
+        app.cancel(999)
+    with pytest.raises(ValidationError) as info:
+        app.cancel(0)
+    assert info.value.field == "job_id"
+    retried = app.retry(waiting.id)
+    assert (retried.status, retried.attempts, retried.cancel_requested_at) == (JobStatus.QUEUED, 0, None)
+    assert dispatcher.notified[-1] == [waiting.id]
+    assert running.id == leased.id
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({}, "filters"), ({"everything": "yes"}, "filters"), ({"statuses": ["dead"]}, "statuses"),
+     ({"statuses": ["bogus"]}, "statuses"), ({"queue": "bad queue"}, "queue"), ({"job_type": "no spaces"}, "job_type"),
+     ({"queue": "q", "batch_size": 0}, "batch_size")],
+)
+def test_cancel_matching_refuses_bad_filters_and_writes_nothing(app, repo, kwargs, field) -> None:
+    job = app.enqueue("t", {}).job
+    with pytest.raises(ValidationError) as info:
+        app.cancel_matching(**kwargs)
+    assert info.value.field == field
+    assert repo.get(job.id) == job
+
+
+def test_cancel_matching_in_batches(app, repo, clock) -> None:
+    jobs = [app.enqueue("t" if n % 3 else "u", {"n": n}, queue="a" if n < 7 else "b").job for n in range(10)]
+    assert app.cancel_matching(queue="a", job_type="t", batch_size=2) == 4  # n = 1, 2, 4, 5
+    assert app.cancel_matching(queue="a", job_type="t") == 0
+    assert app.cancel_matching(everything=True, batch_size=3) == 6
+    assert {repo.get(j.id).status for j in jobs} == {JobStatus.CANCELLED}
+
+
 def test_purge_by_datetime_or_timedelta(app, repo, clock) -> None:
     old = app.enqueue("t", {}, idempotency_key="old").job
     [leased] = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)

@@ -67,6 +67,20 @@ class AuditedJobRepository(JobRepository):
     def release(self, job_id: int, token: str, *, now: datetime) -> Job:
         return self._one(self.inner.release(job_id, token, now=now), now)
 
+    def snooze(self, job_id: int, token: str, *, now: datetime, until: datetime) -> Job:
+        return self._one(self.inner.snooze(job_id, token, now=now, until=until), now)
+
+    def cancel(self, job_id: int, *, now: datetime) -> Job:
+        return self._one(self.inner.cancel(job_id, now=now), now)
+
+    def cancel_many(self, *, now: datetime, queues: Sequence[str] | None = None,
+                    statuses: Sequence[JobStatus] | None = None, job_types: Sequence[str] | None = None,
+                    after_id: int = 0, limit: int = 1000) -> list[Job]:
+        jobs = self.inner.cancel_many(now=now, queues=queues, statuses=statuses, job_types=job_types,
+                                      after_id=after_id, limit=limit)
+        self._audit(jobs, now)
+        return jobs
+
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
         jobs = self.inner.reap(now=now, limit=limit)
         self._audit(jobs, now)
@@ -92,8 +106,12 @@ class AuditedJobRepository(JobRepository):
                   offset: int = 0) -> list[Job]:
         return self.inner.list_jobs(status=status, queue=queue, limit=limit, offset=offset)
 
-    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
-        return self.inner.count_by_status(queue=queue)
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        return self.inner.find_by_key(idempotency_key)
+
+    def count_by_status(self, *, queue: str | None = None,
+                        job_types: Sequence[str] | None = None) -> dict[JobStatus, int]:
+        return self.inner.count_by_status(queue=queue, job_types=job_types)
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
         return self.inner.due_jobs(now=now, queues=queues, limit=limit)

@@ -1,4 +1,4 @@
-"""Writes on a running job under its lease token: complete (one or many), fail, dead-letter, heartbeat, release.
+"""Writes on a running job under its lease token: complete (one or many), fail, dead-letter, heartbeat, release, snooze.
 
 Each is one compare-and-set statement::
 
@@ -7,9 +7,12 @@ Each is one compare-and-set statement::
 
 No row back means :class:`~tether.domain.errors.LeaseLost` and nothing changed.  ``fail`` decides
 retrying vs dead in SQL (``attempts < max_attempts`` and a ``retry_at`` given), on the row as it is
-at the moment of the write.  When the connection dies and the commit's outcome is unknown, the row
-is read back: still running under the token means the write did not land (it is sent again); the
-intended state means it did; anything else means someone else moved the job (LeaseLost).
+at the moment of the write.  Every outcome (not the heartbeat) records ``cancelled`` instead when
+the row carries a cancellation request (``CASE WHEN cancel_requested_at IS NOT NULL``, in the same
+statement: :func:`~tether.domain.transitions.cancelled_outcome`).  When the connection dies and
+the commit's outcome is unknown, the row is read back: still running under the token means the
+write did not land (it is sent again); the intended state (or ``cancelled`` at this write's
+``now``) means it did; anything else means someone else moved the job (LeaseLost).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from sqlalchemy import bindparam, case, null, select, update
+from sqlalchemy import and_, bindparam, case, null, select, update
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.reads import SqlReads
@@ -41,19 +44,27 @@ class SqlFencedWrites(SqlReads):
 
     def _fenced_statement(self, kind: str) -> Any:
         """The cached ``UPDATE ... WHERE id = :p_id AND status = 'running' AND lease_token = :p_token
-        RETURNING *`` of a fenced write of ``kind`` (complete, retry, dead, heartbeat, release)."""
+        RETURNING *`` of a fenced write of ``kind`` (complete, retry, dead, heartbeat, snooze)."""
         stmt = self._statements.get(("fenced", kind))
         if stmt is not None:
             return stmt
         t = self.table
         now = bindparam("p_now", type_=t.c.finished_at.type)
         error = bindparam("p_error", type_=t.c.last_error.type)
-        retry = t.c.attempts < t.c.max_attempts
+        requested = t.c.cancel_requested_at.is_not(None)  # an operator's cancel: the outcome is cancelled
+        retry = and_(t.c.cancel_requested_at.is_(None), t.c.attempts < t.c.max_attempts)
+        cancelled = JobStatus.CANCELLED.value
         if kind == "complete":
-            values = {"status": JobStatus.COMPLETED.value, "finished_at": now, **self._no_lease}
+            values = {
+                "status": case((requested, cancelled), else_=JobStatus.COMPLETED.value),
+                "finished_at": now,
+                **self._no_lease,
+            }
         elif kind == "retry":  # retrying at p_retry_at while attempts are left, else dead (decided on the row)
             values = {
-                "status": case((retry, JobStatus.RETRYING.value), else_=JobStatus.DEAD.value),
+                "status": case(
+                    (requested, cancelled), (retry, JobStatus.RETRYING.value), else_=JobStatus.DEAD.value
+                ),
                 "scheduled_at": case(
                     (retry, bindparam("p_retry_at", type_=t.c.scheduled_at.type)), else_=t.c.scheduled_at
                 ),
@@ -62,15 +73,23 @@ class SqlFencedWrites(SqlReads):
                 **self._no_lease,
             }
         elif kind == "dead":
-            values = {"status": JobStatus.DEAD.value, "finished_at": now, "last_error": error, **self._no_lease}
+            values = {
+                "status": case((requested, cancelled), else_=JobStatus.DEAD.value),
+                "finished_at": now,
+                "last_error": error,
+                **self._no_lease,
+            }
         elif kind == "heartbeat":  # never shortens the lease
             expires = bindparam("p_expires", type_=t.c.lease_expires_at.type)
             values = {"lease_expires_at": case((t.c.lease_expires_at > expires, t.c.lease_expires_at), else_=expires)}
-        elif kind == "release":  # the attempt is given back
+        elif kind == "snooze":  # queued at p_until, the attempt given back (a release: p_until = p_now)
             values = {
-                "status": JobStatus.QUEUED.value,
-                "attempts": case((t.c.attempts > 0, t.c.attempts - 1), else_=0),
-                "scheduled_at": now,
+                "status": case((requested, cancelled), else_=JobStatus.QUEUED.value),
+                "attempts": case((requested, t.c.attempts), (t.c.attempts > 0, t.c.attempts - 1), else_=0),
+                "scheduled_at": case(
+                    (requested, t.c.scheduled_at), else_=bindparam("p_until", type_=t.c.scheduled_at.type)
+                ),
+                "finished_at": case((requested, now), else_=t.c.finished_at),
                 **self._no_lease,
             }
         else:  # pragma: no cover - programming error
@@ -101,8 +120,9 @@ class SqlFencedWrites(SqlReads):
 
         Raises LeaseLost when no row matched.  When the connection is lost and the commit's outcome
         is unknown, the row is read back: still running under ``token`` means the write did not
-        land and it is sent again; a row for which ``landed(row)`` holds means it did; anything
-        else means someone else moved the job, so LeaseLost.
+        land and it is sent again; a row for which ``landed(row)`` holds, or that this write made
+        ``cancelled`` (finished at ``params["p_now"]``), means it did; anything else means someone
+        else moved the job, so LeaseLost.
         """
         stmt = self._fenced_statement(kind)
         params = {"p_id": job_id, "p_token": token, **params}
@@ -115,7 +135,7 @@ class SqlFencedWrites(SqlReads):
                     raise LeaseLost(job_id, token) from None
                 if row.status == JobStatus.RUNNING.value and row.lease_token == token:
                     continue  # it did not land; sending it again is safe
-                if landed(row):
+                if landed(row) or cancelled_by_write(row, params.get("p_now")):
                     return row_to_job(row)
                 raise LeaseLost(job_id, token) from None
             if row is None:
@@ -180,7 +200,7 @@ class SqlFencedWrites(SqlReads):
         self, batch: Sequence[tuple[int, str]], now: datetime, done: dict[tuple[int, str], Job | LeaseLost]
     ) -> list[tuple[int, str]]:
         """After a completion write whose commit was interrupted: read the rows of ``batch`` and
-        record in ``done`` each item that landed (completed at ``now``: the job) or never can
+        record in ``done`` each item that landed (completed, or cancelled, at ``now``: the job) or never can
         (someone else moved the job: LeaseLost); returns the items still running under their
         token (they did not land; sending them again is safe)."""
         ids = [job_id for job_id, _ in batch]
@@ -193,7 +213,9 @@ class SqlFencedWrites(SqlReads):
             row = current.get(job_id)
             if row is not None and row.status == JobStatus.RUNNING.value and row.lease_token == token:
                 pending.append((job_id, token))  # did not land: send again
-            elif row is not None and row.status == JobStatus.COMPLETED.value and row.finished_at == now:
+            elif row is not None and (
+                (row.status == JobStatus.COMPLETED.value and row.finished_at == now) or cancelled_by_write(row, now)
+            ):
                 done[(job_id, token)] = row_to_job(row)
             else:
                 done[(job_id, token)] = LeaseLost(job_id, token)
@@ -238,10 +260,24 @@ class SqlFencedWrites(SqlReads):
         """Fenced: back to ``queued`` due ``now``, the attempt given back, ``last_error`` kept.
         Raises LeaseLost."""
         now = ensure_utc(now, "now")
+        return self._give_back(job_id, token, now, now, "release a job")
+
+    def snooze(self, job_id: int, token: str, *, now: datetime, until: datetime) -> Job:
+        """Fenced: back to ``queued`` due ``until``, the attempt given back, ``last_error`` kept.
+        Raises LeaseLost."""
+        return self._give_back(job_id, token, ensure_utc(now, "now"), ensure_utc(until, "until"), "snooze a job")
+
+    def _give_back(self, job_id: int, token: str, now: datetime, until: datetime, doing: str) -> Job:
         return self._fenced(
-            "release", job_id, token, {"p_now": now}, "release a job",
-            lambda r: r.status == JobStatus.QUEUED.value and r.scheduled_at == now,
+            "snooze", job_id, token, {"p_now": now, "p_until": until}, doing,
+            lambda r: r.status == JobStatus.QUEUED.value and r.scheduled_at == until and r.lease_token is None,
         )
 
 
-__all__ = ["NO_LEASE", "SqlFencedWrites"]
+def cancelled_by_write(row: Row[Any], now: datetime | None) -> bool:
+    """True when ``row`` reads as a holder's outcome write at ``now`` that a cancellation request
+    turned into ``cancelled`` (how an interrupted write learns that it landed)."""
+    return now is not None and row.status == JobStatus.CANCELLED.value and row.finished_at == now
+
+
+__all__ = ["NO_LEASE", "SqlFencedWrites", "cancelled_by_write"]

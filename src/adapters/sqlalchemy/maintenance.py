@@ -1,4 +1,4 @@
-"""Maintenance on the SQL repository: taking back expired leases (reap), retrying dead jobs, purging old ones.
+"""Maintenance on the SQL repository: taking back expired leases (reap), retrying dead or cancelled jobs, purging old ones.
 
 The reaper writes each expired lease as :func:`~tether.domain.transitions.reap` makes it, under a
 compare-and-set on the token and expiry it read, so a job completed, renewed or re-leased in
@@ -20,7 +20,7 @@ from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain import transitions
 from tether.domain.errors import InvalidTransition, JobNotFound
-from tether.domain.job import Job, JobStatus
+from tether.domain.job import RETRYABLE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
 from tether.domain.timeutil import ensure_utc
 
 #: Rows deleted per transaction by :meth:`SqlMaintenance.purge`.
@@ -82,13 +82,17 @@ class SqlMaintenance(SqlReads):
         return self._write("reap expired leases", lambda c: self._reap_rows(c, now, limit), single=self._reap_rows_single)
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:
-        """Manual retry: a dead job back to ``queued`` with attempts 0.  Raises JobNotFound, InvalidTransition."""
+        """Manual retry: a dead or cancelled job back to ``queued`` with attempts 0 and no
+        cancellation request.  Raises JobNotFound, InvalidTransition."""
         now = ensure_utc(now, "now")
         t = self.table
         stmt = (
             update(t)
-            .where(t.c.id == job_id, status_is(t.c.status, JobStatus.DEAD))
-            .values(status=JobStatus.QUEUED.value, attempts=0, scheduled_at=now, finished_at=None, **NO_LEASE)
+            .where(t.c.id == job_id, status_is(t.c.status, *RETRYABLE_STATUSES))
+            .values(
+                status=JobStatus.QUEUED.value, attempts=0, scheduled_at=now, finished_at=None, cancel_requested_at=None,
+                **NO_LEASE,
+            )
             .returning(*t.c)
         )
 
@@ -107,20 +111,20 @@ class SqlMaintenance(SqlReads):
             row = self._read("check a retry", lambda c: self._get_row(c, job_id))
             if row is None:
                 raise JobNotFound(job_id) from None
-            if row.status == JobStatus.DEAD.value:
+            if row.status in (status.value for status in RETRYABLE_STATUSES):
                 return self.retry_dead(job_id, now=now)
             if row.status == JobStatus.QUEUED.value and row.attempts == 0 and row.scheduled_at == now:
                 return row_to_job(row)
             raise InvalidTransition(job_id, row.status, "retry") from None
 
     def purge(self, *, older_than: datetime) -> int:
-        """Delete completed and dead jobs finished before ``older_than``, in batches of
+        """Delete completed, dead and cancelled jobs finished before ``older_than``, in batches of
         :data:`PURGE_BATCH` rows per transaction; returns how many."""
         older_than = ensure_utc(older_than, "older_than")
         t = self.table
         doomed = (
             select(t.c.id)
-            .where(t.c.finished_at < older_than, status_is(t.c.status, JobStatus.COMPLETED, JobStatus.DEAD))
+            .where(t.c.finished_at < older_than, status_is(t.c.status, *TERMINAL_STATUSES))
             .limit(PURGE_BATCH)
         )
         stmt = delete(t).where(t.c.id.in_(doomed.scalar_subquery()))

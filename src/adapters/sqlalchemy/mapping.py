@@ -35,6 +35,7 @@ def row_to_job(row: Any) -> Job:
         lease_expires_at=m["lease_expires_at"],
         last_error=m["last_error"],
         finished_at=m["finished_at"],
+        cancel_requested_at=m["cancel_requested_at"],
     )
 
 
@@ -109,6 +110,7 @@ def job_state_values(job: Job) -> dict[str, Any]:
         "lease_expires_at": job.lease_expires_at,
         "last_error": job.last_error,
         "finished_at": job.finished_at,
+        "cancel_requested_at": job.cancel_requested_at,
     }
 
 

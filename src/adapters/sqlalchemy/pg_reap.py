@@ -7,7 +7,7 @@ One pass takes back up to ``p_limit`` expired leases with one ``UPDATE``, whatev
         WHERE status = 'running' AND lease_expires_at <= :now
         ORDER BY lease_expires_at, id LIMIT :limit
         FOR UPDATE SKIP LOCKED)
-    UPDATE tether_jobs AS j SET status = 'retrying' | 'dead', ... , lease columns = NULL
+    UPDATE tether_jobs AS j SET status = 'cancelled' | 'retrying' | 'dead', ... , lease columns = NULL
     FROM expired
     WHERE j.id = expired.id AND j.lease_token = expired.lease_token
       AND j.lease_expires_at = expired.lease_expires_at
@@ -24,8 +24,9 @@ purpose: that would let the planner walk the running-expiry index for the outer 
 primary key, once per expired row, when its statistics are stale.
 
 The row written is exactly what :func:`~tether.domain.transitions.reap` makes of it, decided on the
-locked row: ``retrying`` due at ``now`` while ``attempts < max_attempts`` (``finished_at`` kept,
-NULL on a running row), else ``dead`` finished at ``now`` (``scheduled_at`` kept); ``attempts``
+locked row: ``cancelled`` finished at ``now`` when a cancellation was requested; else ``retrying``
+due at ``now`` while ``attempts < max_attempts`` (``finished_at`` kept, NULL on a running row),
+else ``dead`` finished at ``now`` (``scheduled_at`` kept; the same for ``cancelled``); ``attempts``
 unchanged; the lease cleared; ``last_error`` the (plain) text of
 :func:`~tether.domain.transitions.reap_error`, rendered by :data:`REAP_ERROR_SQL`.  The contract
 suite compares every reaped row with the domain function's result, so the two cannot drift apart
@@ -53,13 +54,14 @@ def reap_statement(table: str, columns: tuple[str, ...]) -> str:
     that was taken back (the order of a pass: ``lease_expires_at``, then id).
     """
     returning = ", ".join(f"j.{name}" for name in columns)
-    retry = "j.attempts < j.max_attempts"
+    retry = "j.cancel_requested_at IS NULL AND j.attempts < j.max_attempts"
     return (
         f"WITH expired AS (SELECT id, lease_token, lease_expires_at FROM {table} "
         "WHERE status = 'running' AND lease_expires_at <= %(p_now)s "
         "ORDER BY lease_expires_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED) "
         f"UPDATE {table} AS j SET "
-        f"status = CASE WHEN {retry} THEN 'retrying' ELSE 'dead' END, "
+        f"status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' WHEN {retry} THEN 'retrying' "
+        "ELSE 'dead' END, "
         f"scheduled_at = CASE WHEN {retry} THEN %(p_now)s ELSE j.scheduled_at END, "
         f"finished_at = CASE WHEN {retry} THEN j.finished_at ELSE %(p_now)s END, "
         f"last_error = {REAP_ERROR_SQL}, "

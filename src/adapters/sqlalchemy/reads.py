@@ -1,8 +1,9 @@
-"""Reads on the SQL repository: one job by id, jobs listed by status and queue, counts per status, and
-how many due jobs go before one job (``app.explain``)."""
+"""Reads on the SQL repository: one job by id or by idempotency key, jobs listed by status and
+queue, counts per status, and how many due jobs go before one job (``app.explain``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,13 @@ class SqlReads(SqlTransactions):
             raise JobNotFound(job_id)
         return row_to_job(row)
 
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        """The job holding this idempotency key, or None.  Raises StorageUnavailable."""
+        t = self.table
+        stmt = select(t).where(t.c.idempotency_key == idempotency_key)
+        row = self._read("read a job by key", lambda c: c.execute(stmt).first())
+        return None if row is None else row_to_job(row)
+
     def list_jobs(
         self, *, status: JobStatus | None = None, queue: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Job]:
@@ -46,13 +54,20 @@ class SqlReads(SqlTransactions):
             stmt = stmt.where(t.c.queue == queue)
         return self._read("list jobs", lambda c: [row_to_job(r) for r in c.execute(stmt)])
 
-    def count_by_status(self, *, queue: str | None = None) -> dict[JobStatus, int]:
-        """How many jobs are in each status (every status present, zero included)."""
+    def count_by_status(
+        self, *, queue: str | None = None, job_types: Sequence[str] | None = None
+    ) -> dict[JobStatus, int]:
+        """How many jobs are in each status (every status present, zero included), of one queue
+        and of these job types (None: all)."""
         t = self.table
+        counts = {s: 0 for s in JobStatus}
+        if job_types is not None and not job_types:
+            return counts
         stmt = select(t.c.status, func.count()).group_by(t.c.status)
         if queue is not None:
             stmt = stmt.where(t.c.queue == queue)
-        counts = {s: 0 for s in JobStatus}
+        if job_types is not None:
+            stmt = stmt.where(t.c.job_type.in_(list(job_types)))
         for status, n in self._read("count jobs", lambda c: list(c.execute(stmt))):
             counts[JobStatus(status)] = int(n)
         return counts

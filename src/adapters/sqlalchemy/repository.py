@@ -8,9 +8,10 @@ of one part per concern, each in its own module:
 - :mod:`.enqueue`: ``enqueue`` and ``enqueue_many``, idempotency keys;
 - :mod:`.leases`: ``lease``, ``lease_job``, ``due_jobs`` (due jobs in lease order);
 - :mod:`.fenced_writes`: ``complete``, ``complete_many``, ``fail``, ``dead_letter``, ``heartbeat``,
-  ``release``: compare-and-set writes on a running job under its lease token;
+  ``release``, ``snooze``: compare-and-set writes on a running job under its lease token;
 - :mod:`.maintenance`: ``reap``, ``retry_dead``, ``purge``;
-- :mod:`.reads`: ``get``, ``list_jobs``, ``count_by_status``;
+- :mod:`.cancellation`: ``cancel`` and ``cancel_many`` (an operator's cancel);
+- :mod:`.reads`: ``get``, ``find_by_key``, ``list_jobs``, ``count_by_status``;
 - :mod:`.worker_registry`: the worker registry (``record_worker``, ``list_workers``, ...) on
   ``tether_workers``;
 
@@ -32,6 +33,7 @@ from typing import Any
 from sqlalchemy import MetaData, inspect
 from sqlalchemy.engine import Connection, Engine
 from tether.adapters.sqlalchemy import migrations
+from tether.adapters.sqlalchemy.cancellation import SqlCancellation
 from tether.adapters.sqlalchemy.enqueue import SqlEnqueue
 from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
@@ -45,7 +47,15 @@ from tether.ports.worker_registry import WorkerRegistry
 
 
 class SqlAlchemyJobRepository(
-    SqlEnqueue, SqlLeases, SqlFencedWrites, SqlMaintenance, SqlReads, SqlWorkerRegistry, JobRepository, WorkerRegistry
+    SqlEnqueue,
+    SqlLeases,
+    SqlFencedWrites,
+    SqlMaintenance,
+    SqlCancellation,
+    SqlReads,
+    SqlWorkerRegistry,
+    JobRepository,
+    WorkerRegistry,
 ):
     """A :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) on a SQLAlchemy :class:`Engine`.

@@ -26,7 +26,8 @@ planner can match the partial indexes' predicates.
 This is the table at the head revision of :mod:`.migrations` (the Alembic revisions create it;
 ``tests/integration/test_migrations.py`` checks that the two agree).  CHECK constraints keep the
 state machine's invariants in the database too: a known status, ``0 <= attempts <= max_attempts``,
-and a lease token present exactly while the job is running.
+a lease token present exactly while the job is running, and a cancellation request only on a
+running or cancelled job.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
 RUNNING_PREDICATE = "status = 'running'"
 FINISHED_PREDICATE = "finished_at IS NOT NULL"
 KEYED_PREDICATE = "idempotency_key IS NOT NULL"
+#: The CHECK constraints' SQL, shared with the Alembic revisions that create them (same text).
+STATUS_CHECK = "status IN ('queued', 'running', 'retrying', 'completed', 'dead', 'cancelled')"
+CANCEL_REQUEST_CHECK = "cancel_requested_at IS NULL OR status IN ('running', 'cancelled')"
 LEASABLE_QUEUE_INDEX = "ix_tether_jobs_leasable_queue"
 LEASABLE_INDEX = "ix_tether_jobs_leasable"
 RUNNING_INDEX = "ix_tether_jobs_running_expiry"
@@ -126,13 +130,13 @@ def build_jobs_table(metadata: MetaData) -> Table:
         Column("lease_expires_at", UtcDateTime(), nullable=True),
         Column("last_error", Text(), nullable=True),
         Column("finished_at", UtcDateTime(), nullable=True),
-        CheckConstraint(
-            "status IN ('queued', 'running', 'retrying', 'completed', 'dead')", name="ck_tether_jobs_status"
-        ),
+        Column("cancel_requested_at", UtcDateTime(), nullable=True),
+        CheckConstraint(STATUS_CHECK, name="ck_tether_jobs_status"),
         CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="ck_tether_jobs_attempts"),
         CheckConstraint(
             "(status = 'running') = (lease_token IS NOT NULL)", name="ck_tether_jobs_lease_token"
         ),
+        CheckConstraint(CANCEL_REQUEST_CHECK, name="ck_tether_jobs_cancel_request"),
         sqlite_autoincrement=True,
     )
     c = table.c
@@ -206,12 +210,14 @@ def status_is(column: Any, *statuses: JobStatus) -> ColumnElement[bool]:
 
 
 __all__ = [
+    "CANCEL_REQUEST_CHECK",
     "FINISHED_INDEX",
     "IDEMPOTENCY_KEY_INDEX",
     "KEYED_PREDICATE",
     "LEASABLE_INDEX",
     "LEASABLE_QUEUE_INDEX",
     "RUNNING_INDEX",
+    "STATUS_CHECK",
     "TABLE_NAME",
     "WORKERS_TABLE_NAME",
     "UtcDateTime",

@@ -1,4 +1,5 @@
-"""``tether jobs list``, ``tether jobs show`` and ``tether jobs why``: look at stored jobs, as a table or as JSON."""
+"""``tether jobs list``, ``show`` and ``why``: look at stored jobs, as a table or as JSON; ``tether
+jobs cancel`` lives in :mod:`.cancel`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 from tether.domain.job import JobStatus
+from tether.entrypoints.cli.cancel import jobs_cancel
 from tether.entrypoints.cli.options import (
     AsJson,
     DatabaseUrl,
@@ -23,7 +25,7 @@ from tether.entrypoints.cli.options import (
 from tether.entrypoints.cli.output import explanation_to_dict, job_to_dict, print_json, short_time, stdout
 from tether.entrypoints.cli.values import FlagNamingCommand, choice, integer
 
-jobs_app = typer.Typer(help="Look at jobs.", no_args_is_help=True, rich_markup_mode=None)
+jobs_app = typer.Typer(help="Look at and cancel jobs.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @jobs_app.command("list", cls=FlagNamingCommand)
@@ -159,8 +161,11 @@ def _fact_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+jobs_app.command("cancel", cls=FlagNamingCommand)(jobs_cancel)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``tether jobs`` group to ``app``."""
+    """Add the ``tether jobs`` group (list, show, cancel) to ``app``."""
     app.add_typer(jobs_app, name="jobs")
 
 

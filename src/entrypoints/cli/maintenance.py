@@ -1,4 +1,4 @@
-"""``tether retry``, ``tether purge`` and ``tether reap``: an operator's hand on dead, finished and expired jobs."""
+"""``tether retry``, ``tether purge`` and ``tether reap``: an operator's hand on dead or cancelled, finished and expired jobs."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from tether.entrypoints.cli.values import FlagNamingCommand, integer, seconds
 
 
 def retry(
-    job_id: Annotated[int, typer.Argument(parser=integer(), metavar="ID", help="The id of a dead job.")],
+    job_id: Annotated[int, typer.Argument(parser=integer(), metavar="ID", help="The id of a dead or cancelled job.")],
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
     redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
 ) -> None:
-    """Put a dead job back in its queue (attempts start again from 0)."""
+    """Put a dead or cancelled job back in its queue (attempts start again from 0)."""
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
@@ -34,7 +34,7 @@ def purge(
         float,
         typer.Option(
             "--older-than", parser=seconds(), metavar="SECONDS",
-            help="Delete completed and dead jobs that finished more than this many seconds ago.",
+            help="Delete completed, dead and cancelled jobs that finished more than this many seconds ago.",
         ),
     ],
     database_url: DatabaseUrl = None,
@@ -43,7 +43,7 @@ def purge(
     redis_cluster: RedisClusterSwitch = None,
     schema: Schema = None,
 ) -> None:
-    """Delete finished (completed and dead) jobs; their idempotency keys become free again."""
+    """Delete finished (completed, dead and cancelled) jobs; their idempotency keys become free again."""
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )

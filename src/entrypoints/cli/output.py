@@ -54,6 +54,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "scheduled_at": iso(job.scheduled_at),
         "created_at": iso(job.created_at),
         "finished_at": iso(job.finished_at),
+        "cancel_requested_at": iso(job.cancel_requested_at),
         "idempotency_key": job.idempotency_key,
         "leased_by": job.leased_by,
         "lease_expires_at": iso(job.lease_expires_at),

@@ -3,8 +3,10 @@
 Every ``interval`` seconds :meth:`Heartbeats.beat_once` extends each held lease to
 ``now + lease_timeout``: running jobs, prefetched jobs waiting for a thread, and jobs whose
 outcome is being written (waiting in a completion batch, or retried after a storage error).
-A refused heartbeat (``LeaseLost``: the reaper or another worker took the job) cancels that job's
-context and is counted; for a job whose outcome is being written it changes nothing, as that
+A heartbeat's answer that carries an operator's cancellation request cancels that job's context
+(:meth:`~tether.entrypoints.context.JobContext.observe`): the handler sees ``ctx.cancelled`` within
+one interval, with no extra round trip.  A refused heartbeat (``LeaseLost``: the reaper or another
+worker took the job) cancels that job's context and is counted; for a job whose outcome is being written it changes nothing, as that
 write reports its own result.  Any other error is logged (rate-limited) and the lease is tried
 again at the next beat.  After each pass the thread runs its ``on_beat`` callback, if given: the pool
 refreshes its worker registry entry there (:mod:`.presence`).
@@ -103,9 +105,9 @@ class Heartbeats:
                 if entry.released:
                     continue
                 try:
-                    entry.ctx.job = self._repository.heartbeat(
+                    entry.ctx.observe(self._repository.heartbeat(  # an operator's cancel rides on the answer
                         entry.job.id, entry.token, now=self._clock.now(), lease_timeout=self._lease_timeout
-                    )
+                    ))
                     extended += 1
                 except LeaseLost:
                     if entry.finishing:  # its outcome write landed first, or will report LeaseLost itself

@@ -15,8 +15,10 @@ gives it the pool's rules for one held job (:meth:`Outcomes.writer`):
   caller's thread (:meth:`Outcomes.write`): ``StorageUnavailable`` is retried with backoff for at
   most :data:`WRITE_RETRY_SECONDS` and never past the lease expiry (the reaper owns the job then);
   ``LeaseLost`` is logged and counted, never raised: the job belongs to someone else now;
-- **after the write** (:meth:`Outcomes.record`): the outcome is counted, and a job sent to
-  ``retrying`` is announced to the dispatcher (:func:`announce`).
+- **after the write** (:meth:`Outcomes.record`): the outcome is counted (``cancelled`` when the
+  write recorded that: an operator cancelled the job while it ran), and a job leasable again
+  (``retrying``, snoozed, or given back for lack of a handler) is announced to the dispatcher
+  (:func:`announce`: Redis Streams publishes it again when it is due).
 
 Nothing here depends on how the handler was run, so a runner of ``async def`` handlers can write
 its outcomes through the same :class:`Outcomes`.
@@ -32,7 +34,7 @@ from typing import TypeVar
 from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.failure import describe_failure
-from tether.domain.job import Job
+from tether.domain.job import Job, JobStatus
 from tether.entrypoints.execution import Execution, Outcome, OutcomeWriter
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
@@ -120,8 +122,12 @@ class Outcomes:
         counter = OUTCOME_COUNTERS.get(result.outcome)
         if counter is not None and not entry.deferred:
             self._counts.count(counter)
-        if result.outcome is Outcome.RETRYING:
+        if result.outcome in (Outcome.RETRYING, Outcome.SNOOZED, Outcome.NO_HANDLER):
             announce(self._dispatcher, result.job, self._ratelog)
+        if result.outcome is Outcome.NO_HANDLER:
+            self._ratelog(f"no-handler:{entry.job.job_type}", logging.WARNING,
+                          "worker %s: no handler for job type %r here; its jobs are handed back for a worker that has it",
+                          self._worker_id, entry.job.job_type)
 
     def begin_finish(self, entry: HeldJob) -> bool:
         """Claim the right to write the job's outcome; False if shutdown released it or the lease is lost."""
@@ -153,7 +159,7 @@ class Outcomes:
         try:
             if isinstance(result, Job):
                 entry.ctx.job = result
-                self._counts.count("completed")
+                self._counts.count("cancelled" if result.status is JobStatus.CANCELLED else "completed")
             elif isinstance(result, LeaseLost):
                 self._counts.count("lease_lost")
                 logger.warning(

@@ -252,8 +252,10 @@ class WorkerPool:
         """Start, block until asked to stop, then shut down as :meth:`stop` does.
 
         Args:
-            stop_when_idle: also stop once no job of this pool's queues is ``queued``,
-                ``retrying`` (due or not) or ``running`` (checked with ``count_by_status``).
+            stop_when_idle: also stop once nothing is left that this pool can run: no job of its
+                queues and of a type it has a handler for is ``queued``, ``retrying`` (due or
+                not) or ``running`` (checked with ``count_by_status``).  Jobs of types it has no
+                handler for do not keep it waiting.
             install_signal_handlers: handle SIGINT/SIGTERM as a stop request (only when called on
                 the main thread; the previous handlers are restored on return).
 
@@ -270,7 +272,7 @@ class WorkerPool:
             while not shutdown.stop_requested.is_set() and not shutdown.signals:
                 time.sleep(RUN_POLL_SECONDS)
                 if stop_when_idle and self._idle():
-                    logger.info("worker %s: no job left in its queues; stopping", self.worker_id)
+                    logger.info("worker %s: no job left in its queues that it can run; stopping", self.worker_id)
                     break
             if shutdown.signals:
                 logger.info(
@@ -294,8 +296,9 @@ class WorkerPool:
             return False
         try:
             queues: Sequence[str | None] = self.queues if self.queues is not None else [None]
+            job_types = list(self.handlers)  # read now: later registrations count
             for name in queues:
-                counts = self.repository.count_by_status(queue=name)
+                counts = self.repository.count_by_status(queue=name, job_types=job_types)
                 if counts[JobStatus.QUEUED] or counts[JobStatus.RETRYING] or counts[JobStatus.RUNNING]:
                     return False
         except Exception:  # noqa: BLE001 - unknown means not idle

@@ -26,7 +26,7 @@ from types import FrameType
 
 from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import LeaseLost
-from tether.domain.job import Job
+from tether.domain.job import Job, JobStatus
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.outcomes import announce
 from tether.entrypoints.worker.runner import Runner
@@ -162,6 +162,10 @@ class Shutdown:
                     self._worker_id, entry.job.id,
                 )
                 return
+        if released.status is JobStatus.CANCELLED:  # an operator cancelled it meanwhile: it ends here
+            self._counts.count("cancelled")
+            logger.warning("worker %s: %s; job %s was cancelled, recorded as cancelled", self._worker_id, reason, entry.job.id)
+            return
         self._counts.count("released")
         announce(self._dispatcher, released, self._ratelog)
         logger.warning("worker %s: %s; job %s cancelled and released back to its queue", self._worker_id, reason, entry.job.id)
@@ -178,7 +182,7 @@ class Shutdown:
             logger.exception("worker %s: could not release unstarted job %s; the reaper will take it back",
                              self._worker_id, job.id)
         else:
-            self._counts.count("released")
+            self._counts.count("cancelled" if released.status is JobStatus.CANCELLED else "released")
             announce(self._dispatcher, released, self._ratelog)
 
 

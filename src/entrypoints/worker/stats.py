@@ -20,10 +20,14 @@ class WorkerStats:
     Attributes:
         completed: jobs completed.
         failed: failed attempts sent to ``retrying``.
-        dead: jobs sent to ``dead`` (attempts used up, PermanentError, unknown job type).
+        dead: jobs sent to ``dead`` (attempts used up, PermanentError).
         lease_lost: writes refused by the fence (complete, fail, heartbeat, release).
         released: jobs handed back at shutdown.
         reaped: expired leases taken back by this pool's reaper (any worker's).
+        cancelled: jobs whose outcome write recorded ``cancelled`` (an operator cancelled them
+            while this pool ran them), whatever the handler did.
+        snoozed: jobs given back by their handler's ``Snooze``.
+        no_handler: jobs given back because this pool has no handler for their type.
     """
 
     completed: int = 0
@@ -32,10 +36,16 @@ class WorkerStats:
     lease_lost: int = 0
     released: int = 0
     reaped: int = 0
+    cancelled: int = 0
+    snoozed: int = 0
+    no_handler: int = 0
 
 
 #: Which :class:`WorkerStats` counter each recorded outcome of a handler bumps.
-OUTCOME_COUNTERS = {Outcome.COMPLETED: "completed", Outcome.RETRYING: "failed", Outcome.DEAD: "dead"}
+OUTCOME_COUNTERS = {
+    Outcome.COMPLETED: "completed", Outcome.RETRYING: "failed", Outcome.DEAD: "dead", Outcome.CANCELLED: "cancelled",
+    Outcome.SNOOZED: "snoozed", Outcome.NO_HANDLER: "no_handler",
+}
 
 
 class Counts:

@@ -63,10 +63,24 @@ class ReadContract(ContractSupport):
         assert repository.count_by_status() == {status: 0 for status in JobStatus}
         self._mixed(repository, clock)
         assert repository.count_by_status() == {
-            JobStatus.QUEUED: 3, JobStatus.RUNNING: 1, JobStatus.RETRYING: 1, JobStatus.COMPLETED: 1, JobStatus.DEAD: 1}
+            JobStatus.QUEUED: 3, JobStatus.RUNNING: 1, JobStatus.RETRYING: 1, JobStatus.COMPLETED: 1, JobStatus.DEAD: 1,
+            JobStatus.CANCELLED: 0}
         assert repository.count_by_status(queue="a") == {
-            JobStatus.QUEUED: 2, JobStatus.RUNNING: 1, JobStatus.RETRYING: 0, JobStatus.COMPLETED: 0, JobStatus.DEAD: 1}
+            JobStatus.QUEUED: 2, JobStatus.RUNNING: 1, JobStatus.RETRYING: 0, JobStatus.COMPLETED: 0, JobStatus.DEAD: 1,
+            JobStatus.CANCELLED: 0}
         assert repository.count_by_status(queue="nowhere") == {status: 0 for status in JobStatus}
+
+    def test_count_by_status_of_some_job_types(self, repository: JobRepository, clock: FakeClock) -> None:
+        self.add(repository, clock, job_type="emails.send", queue="a")
+        self.add(repository, clock, job_type="emails.send", queue="b")
+        self.add(repository, clock, job_type="reports.build", queue="a")
+        self.lease_one(repository, clock, queues=["b"])
+        zero = {status: 0 for status in JobStatus}
+        assert repository.count_by_status(job_types=["emails.send"]) == {**zero, JobStatus.QUEUED: 1, JobStatus.RUNNING: 1}
+        assert repository.count_by_status(job_types=["emails.send", "reports.build"]) == repository.count_by_status()
+        assert repository.count_by_status(queue="a", job_types=["reports.build"]) == {**zero, JobStatus.QUEUED: 1}
+        assert repository.count_by_status(job_types=["nothing.here"]) == zero
+        assert repository.count_by_status(job_types=[]) == zero
 
     def test_due_jobs_lists_without_leasing(self, repository: JobRepository, clock: FakeClock) -> None:
         ids = self._mixed(repository, clock)

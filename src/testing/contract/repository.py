@@ -18,14 +18,16 @@ The suite covers the acceptance cases C01-C04, C09a, C10, C11-C15 and C21 of
 ``shared/cases/README.md`` with their exact values, and the rest of the port: reads, lease limits
 and queue filters, lease-by-id, heartbeats, release, fenced batch completion (``complete_many``), the reaper, manual retry, purge, token
 uniqueness, the time rule, and the accepted ranges of numbers, times and text
-(:mod:`~tether.testing.contract.limits`).  Every time comes from the fake clock.  Slow backends may lower the
+(:mod:`~tether.testing.contract.limits`); an operator's cancel (one job or by filter) and the holder's snooze,
+with cancels racing leases, completions (single and batch), failures, heartbeats and the reaper.  Every time comes from the fake clock.  Slow backends may lower the
 knobs documented on :class:`~tether.testing.contract.support.ContractSupport`
-(``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ...).
+(``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ``cancel_race_jobs``, ...).
 """
 
 from __future__ import annotations
 
 from tether.testing.contract.batch import BatchCompletionContract
+from tether.testing.contract.cancellation import CancellationContract
 from tether.testing.contract.enqueue import EnqueueContract
 from tether.testing.contract.leases import LeaseContract
 from tether.testing.contract.limits import LimitContract
@@ -34,7 +36,13 @@ from tether.testing.contract.retries import RetryContract
 
 
 class RepositoryContract(
-    EnqueueContract, LeaseContract, BatchCompletionContract, RetryContract, ReadContract, LimitContract
+    EnqueueContract,
+    LeaseContract,
+    BatchCompletionContract,
+    RetryContract,
+    CancellationContract,
+    ReadContract,
+    LimitContract,
 ):
     """The whole repository contract.  No ``Test`` prefix: pytest collects only your subclass."""
 

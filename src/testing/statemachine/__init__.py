@@ -9,11 +9,12 @@ the machine advances, so every time is exact.
 The histories mix: enqueue (with and without idempotency keys, priorities, delays; one at a time,
 in batches, and in transactions that roll back), leases by several workers (by queue filter and by
 id), heartbeats, complete, fail (transient with a ``retry_at``, and permanent), dead letter,
-release, writes with stale or foreign lease tokens, the reaper, manual retry of dead jobs, and purge.
+release, snooze, writes with stale or foreign lease tokens, an operator's cancel (one job, or a
+batch by queue), the reaper, manual retry of dead and cancelled jobs, and purge.
 
 Checked after every step: at most one live lease per job; no token handed out twice; a stale-token
-write raises LeaseLost and changes nothing; finished jobs stay finished (only retry_dead and purge
-move them); attempts never exceed max_attempts; leases come in order priority DESC, scheduled_at
+write raises LeaseLost and changes nothing; finished jobs (completed, dead, cancelled) stay
+finished (only retry_dead and purge move them); a cancelled job is never leased or reaped again; attempts never exceed max_attempts; leases come in order priority DESC, scheduled_at
 ASC, id ASC; and every job the repository holds equals the model's (status, attempts, times,
 lease, error presence, payload).
 

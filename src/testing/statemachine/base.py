@@ -34,7 +34,8 @@ QUEUES = ("q1", "q2")
 QUEUE_FILTERS: tuple[tuple[str, ...] | None, ...] = (None, ("q1",), ("q2",), ("q1", "q2"))
 WORKERS = ("w1", "w2", "host-1")
 KEYS = ("k1", "k2", "k3")
-WRITES = ("complete", "fail", "fail_permanent", "dead_letter", "heartbeat", "release")
+#: The holder's writes (``snooze`` gives the job back due ``retry_delay`` seconds later).
+WRITES = ("complete", "fail", "fail_permanent", "dead_letter", "heartbeat", "release", "snooze")
 #: One lease timeout for leases and heartbeats, so a heartbeat always moves the expiry forward.
 LEASE_TIMEOUT = 60.0
 

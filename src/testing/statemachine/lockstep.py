@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import TetherError
-from tether.domain.job import Job
+from tether.domain.job import Job, JobStatus
 from tether.ports.repository import JobRepository
 from tether.testing.statemachine.base import (
     DEFAULT_SETTINGS,
@@ -73,6 +73,7 @@ class LockstepStateMachine(MachineBase):
             self.ordinal_of[side].get(job.id, f"unknown id {job.id}"), job.status.value, job.attempts,
             job.max_attempts, job.priority, job.queue, job.scheduled_at, job.finished_at, job.lease_expires_at,
             job.leased_by, job.last_error is not None, job.payload_json, job.idempotency_key, job.lease_token is not None,
+            job.cancel_requested_at,
         )
 
     def _both(self, label: str, call: Callable[[JobRepository, int], Any],
@@ -186,6 +187,8 @@ class LockstepStateMachine(MachineBase):
                 return r.dead_letter(job_id, token, now=now, error="dead")
             if action == "heartbeat":
                 return r.heartbeat(job_id, token, now=now, lease_timeout=LEASE_TIMEOUT)
+            if action == "snooze":
+                return r.snooze(job_id, token, now=now, until=retry_at)
             return r.release(job_id, token, now=now)
 
         self._both(f"{action}(#{ordinal})", call, self._job)
@@ -205,6 +208,19 @@ class LockstepStateMachine(MachineBase):
         _, left_token, right_token = data.draw(st.sampled_from(self.leases), label="lease")
         self._apply(action, ordinal, (left_token, right_token), retry_delay)
 
+    @precondition(lambda self: len(self.leases) > 1)
+    @rule(data=st.data(), action=st.sampled_from(WRITES), retry_delay=retry_delays)
+    def stale_write(self, data: st.DataObject, action: str, retry_delay: float) -> None:
+        """A write on a running job with a token that does not hold it: an earlier lease of the
+        job, or another job's.  Both stores must refuse it alike."""
+        running = sorted(self.ordinal_of[0][j.id] for j in self.sides[0].list_jobs(status=JobStatus.RUNNING, limit=10_000))
+        if not running:
+            return
+        ordinal = data.draw(st.sampled_from(running), label="ordinal")
+        stale = [lease for i, lease in enumerate(self.leases) if i != self.current.get(ordinal)]
+        _, left_token, right_token = data.draw(st.sampled_from(stale), label="stale lease")
+        self._apply(action, ordinal, (left_token, right_token), retry_delay)
+
     @rule()
     def reap(self) -> None:
         now = self.clock.now()
@@ -217,6 +233,18 @@ class LockstepStateMachine(MachineBase):
         ordinal = data.draw(st.integers(1, len(self.ids)), label="ordinal")
         now = self.clock.now()
         self._both(f"retry_dead(#{ordinal})", lambda r, side: r.retry_dead(self.ids[ordinal - 1][side], now=now), self._job)
+
+    @precondition(lambda self: bool(self.ids))
+    @rule(data=st.data(), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(0, 3))
+    def cancel(self, data: st.DataObject, queue_filter: tuple[str, ...] | None, limit: int) -> None:
+        """An operator's cancel: of one job (``limit`` 0), or of a batch of up to ``limit`` jobs by queue."""
+        now = self.clock.now()
+        if limit == 0:
+            ordinal = data.draw(st.integers(1, len(self.ids)), label="ordinal")
+            self._both(f"cancel(#{ordinal})", lambda r, side: r.cancel(self.ids[ordinal - 1][side], now=now), self._job)
+            return
+        queues = None if queue_filter is None else list(queue_filter)
+        self._both("cancel_many", lambda r, side: r.cancel_many(now=now, queues=queues, limit=limit), self._jobs)
 
     @rule(age=st.sampled_from([0, 1, 60, 600]))
     def purge(self, age: float) -> None:

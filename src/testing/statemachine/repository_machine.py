@@ -3,8 +3,9 @@ against the pure model of :mod:`tether.testing.model`.
 
 Steps: enqueue (one at a time, in batches, in transactions that roll back), leases (by queue
 filter and by id), the holder's writes (complete, fail, permanent failure, dead letter, heartbeat,
-release), writes with stale or foreign tokens, a lease taken over (case C01 as one step), the
-reaper, manual retry of dead jobs, purge, and clock steps.  Invariants after every step: the
+release, snooze), writes with stale or foreign tokens, a lease taken over (case C01 as one step),
+an operator's cancel (one job, or a batch by queue), the reaper, manual retry of dead and
+cancelled jobs, purge, and clock steps.  Invariants after every step: the
 repository holds exactly the model's jobs, at most one live lease per job, and no token was handed
 out twice.
 """
@@ -21,7 +22,7 @@ from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import InvalidTransition, JobNotFound, LeaseLost
 from tether.domain.job import Job, JobStatus, NewJob
 from tether.ports.repository import JobRepository
-from tether.testing.model import JobModel, ModelInvalid, ModelJob, ModelLeaseLost, ModelNotFound
+from tether.testing.model import FINISHED, JobModel, ModelInvalid, ModelJob, ModelLeaseLost, ModelNotFound
 from tether.testing.statemachine.base import (
     LEASE_TIMEOUT,
     QUEUE_FILTERS,
@@ -85,7 +86,8 @@ class RepositoryStateMachine(MachineBase):
             "lease_token": model.token,
             "leased_by": model.worker,
             "lease_expires_at": model.lease_expires_at,
-            "finished_at": model.finished_at if model.status in ("completed", "dead") else None,
+            "finished_at": model.finished_at if model.status in FINISHED else None,
+            "cancel_requested_at": model.cancel_requested_at,
             "payload": model.payload,
         }
         got: dict[str, Any] = {name: getattr(job, name) for name in want if name not in ("status", "payload")}
@@ -156,6 +158,9 @@ class RepositoryStateMachine(MachineBase):
     def lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int) -> None:
         now = self.clock.now()
         expected = self.model.next_leases(now=now, queues=queue_filter, limit=limit)
+        listed = self.repository.due_jobs(now=now, queues=None if queue_filter is None else list(queue_filter), limit=limit)
+        assert [self._ordinal(j) for j in listed] == expected, (
+            f"due_jobs gave {[describe(j) for j in listed]}, the model's lease order says ordinals {expected}")
         got = self.repository.lease(
             queues=None if queue_filter is None else list(queue_filter), worker_id=worker, now=now,
             lease_timeout=LEASE_TIMEOUT, limit=limit,
@@ -201,6 +206,9 @@ class RepositoryStateMachine(MachineBase):
         if action == "heartbeat":
             return (lambda: repo.heartbeat(job_id, token, now=now, lease_timeout=LEASE_TIMEOUT),
                     lambda: model.heartbeat(ordinal, token, now=now, lease_timeout=LEASE_TIMEOUT))
+        if action == "snooze":
+            return (lambda: repo.snooze(job_id, token, now=now, until=retry_at),
+                    lambda: model.snooze(ordinal, token, now=now, until=retry_at))
         assert action == "release", action
         return (lambda: repo.release(job_id, token, now=now)), (lambda: model.release(ordinal, token, now=now))
 
@@ -261,15 +269,20 @@ class RepositoryStateMachine(MachineBase):
         assert self._snapshot(ordinal) == before, "a refused write changed the job"
 
     @precondition(lambda self: bool(self.model.running()))
-    @rule(data=st.data(), how=st.sampled_from(["expired", "released", "failed"]), worker=st.sampled_from(WORKERS),
-          retry_delay=retry_delays)
+    @rule(data=st.data(), how=st.sampled_from(["expired", "released", "failed", "cancelled and expired"]),
+          worker=st.sampled_from(WORKERS), retry_delay=retry_delays)
     def lease_taken_over(self, data: st.DataObject, how: str, worker: str, retry_delay: float) -> None:
-        """Case C01 as one step: a holder loses its lease (expiry and reaper, release, or a failure),
-        another worker leases the job again, then the old holder tries every write with its old token."""
+        """Case C01 as one step: a holder loses its lease (expiry and reaper, release, a failure, or
+        an operator's cancel and then expiry and reaper: the job must end cancelled, not come back),
+        another worker leases the job again if it can, then the old holder tries every write with
+        its old token."""
         job = data.draw(st.sampled_from(sorted(self.model.running(), key=lambda j: j.ordinal)), label="job")
         ordinal, old = job.ordinal, job.token
         assert old is not None and job.lease_expires_at is not None
-        if how == "expired":
+        if how == "cancelled and expired":
+            now = self.clock.now()
+            self._check(self.repository.cancel(self.ids[ordinal], now=now), self.model.cancel(ordinal, now=now))
+        if how in ("expired", "cancelled and expired"):
             if self.clock.now() < job.lease_expires_at:
                 self.clock.set(job.lease_expires_at)
             self._reap()
@@ -318,6 +331,43 @@ class RepositoryStateMachine(MachineBase):
             assert self._snapshot(ordinal) == before
             return
         self._check(self.repository.retry_dead(self.ids[ordinal], now=now), expected)
+
+    @precondition(lambda self: self.model.enqueued > 0)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        """An operator's cancel of any job: waiting, running (a request), finished (refused) or purged."""
+        running = sorted(j.ordinal for j in self.model.running())
+        if running and data.draw(st.integers(0, 1), label="aim at a running job") > 0:
+            ordinal = data.draw(st.sampled_from(running), label="ordinal")
+        else:
+            ordinal = data.draw(st.integers(1, self.model.enqueued), label="ordinal")
+        now = self.clock.now()
+        try:
+            expected = self.model.cancel(ordinal, now=now)
+        except (ModelNotFound, ModelInvalid) as verdict:
+            error = JobNotFound if isinstance(verdict, ModelNotFound) else InvalidTransition
+            before = self._snapshot(ordinal)
+            try:
+                self.repository.cancel(self.ids[ordinal], now=now)
+            except error:
+                pass
+            else:
+                raise AssertionError(f"cancel(#{ordinal}) should raise {error.__name__}")
+            assert self._snapshot(ordinal) == before, "a refused cancel changed the job"
+            return
+        self._check(self.repository.cancel(self.ids[ordinal], now=now), expected)
+
+    @rule(queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3))
+    def cancel_many(self, queue_filter: tuple[str, ...] | None, limit: int) -> None:
+        now = self.clock.now()
+        expected = self.model.cancel_many(now=now, queues=queue_filter, limit=limit)
+        got = self.repository.cancel_many(
+            now=now, queues=None if queue_filter is None else list(queue_filter), limit=limit
+        )
+        assert [self._ordinal(j) for j in got] == [j.ordinal for j in expected], (
+            f"cancel_many wrote {[describe(j) for j in got]}, the model says ordinals {[j.ordinal for j in expected]}")
+        for job, model in zip(got, expected):
+            self._check(job, model)
 
     @rule(age=st.sampled_from([0, 1, 60, 600]))
     def purge(self, age: float) -> None:
