@@ -281,7 +281,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
 
     repo = target.open()  # create=True upgrades
     try:
-        assert repo.schema_version() == SCHEMA_VERSION == 3
+        assert repo.schema_version() == SCHEMA_VERSION == 4
         assert_at_head(target, tmp_path)
         with repo.engine.connect() as conn:
             after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
@@ -330,6 +330,7 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     only_new = migrations.upgrade_sql("postgresql", None, from_version=1)
     assert "CREATE TABLE tether_jobs" not in only_new and "UPDATE tether_alembic_version SET version_num='0002'" in only_new
     assert "CREATE TABLE tether_workers" in only_new and "UPDATE tether_alembic_version SET version_num='0003'" in only_new
+    assert "UPDATE tether_alembic_version SET version_num='0004'" in only_new
     assert "CREATE TABLE app_jobs.tether_workers" in pg
     lite = migrations.upgrade_sql("sqlite")
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite
