@@ -24,7 +24,7 @@ from tether.adapters.sqlalchemy import transactions as transactions_module
 from tether.adapters.sqlalchemy.postgres import normalize_postgres_url
 from tether.adapters.sqlalchemy.schema import LEASABLE_INDEX, LEASABLE_QUEUE_INDEX
 from tether.domain.errors import ConfigurationError, LeaseLost, StorageUnavailable, TetherError
-from tether.domain.job import JobStatus
+from tether.domain.job import Job, JobStatus
 from tether.domain.validation import prepare_job
 
 from tests.conftest import DATABASE_URL, RUN_ID
@@ -438,6 +438,42 @@ def test_an_interrupted_fenced_write_is_verified_by_reading_the_row(repo: Postgr
     monkeypatch.undo()
     with pytest.raises(LeaseLost):
         repo.complete(b.id, leased[b.id].lease_token or "", now=clock.now())
+
+
+def test_an_interrupted_write_that_recorded_cancelled_counts_as_landed(repo: PostgresJobRepository, clock: FakeClock,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every holder write's read-back after an interrupted commit accepts ``cancelled`` (the
+    write landed on a job whose cancellation was requested), and so does the cancel's own."""
+    jobs = [repo.enqueue(_job(clock), now=clock.now()).job for _ in range(6)]
+    leased = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60, limit=5)
+    real = repo._write_once
+
+    def committed_reply_lost(doing: str, work: Any, **options: Any) -> Any:
+        real(doing, work, **options)
+        raise transactions_module._UnknownOutcome(ConnectionError("lost"))
+
+    monkeypatch.setattr(repo, "_write_once", committed_reply_lost)
+    asked = repo.cancel(leased[0].id, now=clock.now())  # the cancel itself, interrupted after its commit
+    assert asked.status is JobStatus.RUNNING and asked.cancel_requested_at == clock.now()
+    gone = repo.cancel(jobs[5].id, now=clock.now())
+    assert gone.status is JobStatus.CANCELLED
+    monkeypatch.undo()
+    for job in leased[1:]:
+        repo.cancel(job.id, now=clock.now())
+    monkeypatch.setattr(repo, "_write_once", committed_reply_lost)
+    now = clock.advance(1)
+    tokens = [j.lease_token or "" for j in leased]
+    written = [
+        repo.complete(leased[0].id, tokens[0], now=now),
+        repo.fail(leased[1].id, tokens[1], now=now, error="boom", retry_at=now),
+        repo.snooze(leased[2].id, tokens[2], now=now, until=now + timedelta(seconds=5)),
+        repo.complete_many([(leased[3].id, tokens[3])], now=now)[0],
+        repo.complete_and_lease([(leased[4].id, tokens[4])], now=now, queues=["nowhere"], worker_id="w",
+                                lease_timeout=60, limit=1)[0][0],
+    ]
+    monkeypatch.undo()
+    for result in written:
+        assert isinstance(result, Job) and result.status is JobStatus.CANCELLED and result.finished_at == now, result
 
 
 # -- bad input --------------------------------------------------------------------------------------
