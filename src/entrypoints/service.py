@@ -10,6 +10,11 @@ Enqueue validates everything first (:func:`tether.domain.validation.prepare_job`
 the repository, and tells the dispatcher only after the write commits
 (``repository.on_commit``); a dispatcher failure is logged and never fails the enqueue, because
 the repository is the truth and every poll or sweep finds the job (DESIGN.md, "Dispatch").
+
+Every :class:`~tether.domain.job.Job` this API returns has ``lease_token=None``: the token is the
+lease holder's alone (the repository port and the running handler's ``ctx.token`` carry it), so
+nothing read through the API can write for a lease (:func:`~tether.domain.lease.without_token`,
+applied on the way out).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any, Self, TypeVar, overload
 import attrs
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
+from tether.domain.lease import without_token
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from tether.domain.validation import (
@@ -257,7 +263,7 @@ class Tether:
         result = self.repository.enqueue(new_job, now=now, connection=connection)
         if result.created:
             self._notify_after_commit(connection, [result.job])
-        return result
+        return _public_result(result)
 
     def enqueue_many(self, requests: Iterable[EnqueueRequest], *, connection: Any = None) -> list[EnqueueResult]:
         """Store several jobs, all or none; results in input order.
@@ -283,7 +289,7 @@ class Tether:
             return []
         results = self.repository.enqueue_many(new_jobs, now=now, connection=connection)
         self._notify_after_commit(connection, [r.job for r in results if r.created])
-        return results
+        return [_public_result(result) for result in results]
 
     def transaction(self) -> AbstractContextManager[Any]:
         """The repository's own unit of work: ``with app.transaction() as tx: app.enqueue(..., connection=tx)``.
@@ -292,8 +298,9 @@ class Tether:
 
     # -- reading and administration ----------------------------------------------------------
     def get(self, job_id: int) -> Job:
-        """The job with this id.  Raises JobNotFound, ValidationError (not a positive integer)."""
-        return self.repository.get(_job_id(job_id))
+        """The job with this id (its ``lease_token`` hidden: None, as in every job this API returns).
+        Raises JobNotFound, ValidationError (not a positive integer)."""
+        return without_token(self.repository.get(_job_id(job_id)))
 
     def list(
         self,
@@ -307,12 +314,13 @@ class Tether:
         Raises:
             ValidationError: an unknown status, a bad queue name, limit outside 0-10,000, offset < 0.
         """
-        return self.repository.list_jobs(
+        jobs = self.repository.list_jobs(
             status=_status(status),
             queue=validate_queue(queue) if queue is not None else None,
             limit=validate_int(limit, "limit", 0, 10_000),
             offset=validate_int(offset, "offset", 0, _MAX_BIGINT),
         )
+        return [without_token(job) for job in jobs]
 
     def counts(self, queue: str | None = None) -> dict[JobStatus, int]:
         """How many jobs are in each status (every status present), in one queue or all.
@@ -327,7 +335,7 @@ class Tether:
         """
         job = self.repository.retry_dead(_job_id(job_id), now=self.clock.now())
         self._notify_after_commit(None, [job])
-        return job
+        return without_token(job)
 
     def purge(self, older_than: datetime | timedelta) -> int:
         """Delete completed and dead jobs that finished before ``older_than`` (an aware datetime,
@@ -338,7 +346,7 @@ class Tether:
     def reap(self) -> builtins.list[Job]:
         """One reaper pass now: running jobs whose lease expired go to ``retrying`` (or ``dead``
         when out of attempts); returns them as written."""
-        return Reaper(self.repository, self.clock, self.dispatcher).run_once()
+        return [without_token(job) for job in Reaper(self.repository, self.clock, self.dispatcher).run_once()]
 
     # -- workers -----------------------------------------------------------------------------
     def worker(
@@ -413,6 +421,12 @@ _MAX_BIGINT = 2**63 - 1
 def _job_id(value: object) -> int:
     """``value`` as a job id (1 to 2**63 - 1).  Raises ValidationError(``job_id``)."""
     return validate_int(value, "job_id", 1, _MAX_BIGINT)
+
+
+def _public_result(result: EnqueueResult) -> EnqueueResult:
+    """``result`` with its job's lease token hidden (a key's existing job may be running)."""
+    job = without_token(result.job)
+    return result if job is result.job else EnqueueResult(job, result.created)
 
 
 def _status(value: JobStatus | str | None) -> JobStatus | None:
