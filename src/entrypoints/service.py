@@ -44,6 +44,7 @@ from tether.domain.validation import (
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.maintenance import Reaper, purge_finished
+from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL
 from tether.entrypoints.worker import WorkerPool, WorkerStats
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -353,9 +354,9 @@ class Tether:
         self,
         concurrency: int = 4,
         queues: Sequence[str] | None = None,
-        lease_timeout: float = 900.0,
+        lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
         heartbeat_interval: float | None = None,
-        reap_interval: float = 30.0,
+        reap_interval: float = DEFAULT_REAP_INTERVAL,
         drain_timeout: float = 30.0,
         worker_id: str | None = None,
         max_wait: float = 1.0,

@@ -11,7 +11,7 @@ def test_defaults() -> None:
     settings = Settings.load(environ={})
     assert settings.database_url == "sqlite:///tether.db"
     assert settings.redis_url is None and settings.dispatcher_kind == "polling"
-    assert settings.lease_timeout == 900.0
+    assert (settings.lease_timeout, settings.reap_interval) == (60.0, 15.0)
     assert settings.concurrency == 4
     assert settings.prefetch is None  # the pool's default: as many as concurrency
     assert Settings.load(environ={"TETHER_PREFETCH": "12"}).prefetch == 12

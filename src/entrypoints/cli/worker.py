@@ -17,6 +17,7 @@ from tether.domain.errors import ServiceUnavailable, TetherError, ValidationErro
 from tether.domain.wording import with_article
 from tether.entrypoints.cli.options import SECONDS, load_settings, setting_option
 from tether.entrypoints.cli.values import FlagNamingCommand, integer, option_label
+from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE
 
 if TYPE_CHECKING:
     from tether.entrypoints.service import Tether
@@ -113,14 +114,21 @@ def worker(
     ] = None,
     lease_timeout: Annotated[
         float | None,
-        setting_option("lease_timeout", "Seconds a lease lasts without a heartbeat. [default: 900]", **SECONDS),
+        setting_option(
+            "lease_timeout", f"Seconds a lease lasts without a heartbeat. [default: {DEFAULT_LEASE_TIMEOUT:g}]", **SECONDS
+        ),
     ] = None,
     heartbeat_interval: Annotated[
         float | None,
-        setting_option("heartbeat_interval", "Seconds between lease heartbeats. [default: lease timeout / 3]", **SECONDS),
+        setting_option(
+            "heartbeat_interval",
+            f"Seconds between lease heartbeats. [default: lease timeout / {HEARTBEATS_PER_LEASE}]",
+            **SECONDS,
+        ),
     ] = None,
     reap_interval: Annotated[
-        float | None, setting_option("reap_interval", "Seconds between reaper passes. [default: 30]", **SECONDS)
+        float | None,
+        setting_option("reap_interval", f"Seconds between reaper passes. [default: {DEFAULT_REAP_INTERVAL:g}]", **SECONDS),
     ] = None,
     drain_timeout: Annotated[
         float | None,

@@ -25,6 +25,7 @@ from tether.domain.retry import RetryPolicy
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
 from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
+from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE
 from tether.entrypoints.worker.acquirer import Acquirer
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.heartbeats import Heartbeats
@@ -58,9 +59,10 @@ class WorkerPool:
         retry_policy: backoff of failed attempts.
         concurrency: handler threads (1-1024).
         queues: queue names to take jobs from, or None for all queues.
-        lease_timeout: seconds a lease lasts without a heartbeat (> 0).
+        lease_timeout: seconds a lease lasts without a heartbeat (> 0; default 60: a job of a
+            worker that died runs again within about ``lease_timeout + reap_interval``).
         heartbeat_interval: seconds between heartbeats (> 0, < lease_timeout); default
-            ``lease_timeout / 3``.
+            ``lease_timeout / 6`` (:data:`~tether.entrypoints.settings.HEARTBEATS_PER_LEASE`).
         reap_interval: seconds between reaper passes (> 0).
         drain_timeout: seconds in-flight jobs get to finish at shutdown (>= 0).
         worker_id: 1-200 printable characters; default :func:`default_worker_id`.
@@ -84,9 +86,9 @@ class WorkerPool:
         retry_policy: RetryPolicy | None = None,
         concurrency: int = 4,
         queues: Sequence[str] | None = None,
-        lease_timeout: float = 900.0,
+        lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
         heartbeat_interval: float | None = None,
-        reap_interval: float = 30.0,
+        reap_interval: float = DEFAULT_REAP_INTERVAL,
         drain_timeout: float = 30.0,
         worker_id: str | None = None,
         max_wait: float = 1.0,
@@ -105,7 +107,7 @@ class WorkerPool:
         self.queues: list[str] | None = queues
         self.lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         if heartbeat_interval is None:
-            heartbeat_interval = self.lease_timeout / 3
+            heartbeat_interval = self.lease_timeout / HEARTBEATS_PER_LEASE
         self.heartbeat_interval = validate_seconds(heartbeat_interval, "heartbeat_interval", allow_zero=False)
         if self.heartbeat_interval >= self.lease_timeout:
             raise ValidationError(
