@@ -33,6 +33,7 @@ _EXPORTS = {
     "ServiceUnavailable": "tether.domain.errors",
     "DispatcherUnavailable": "tether.domain.errors",
     "PermanentError": "tether.domain.errors",
+    "JobTimeout": "tether.domain.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]  # noqa: PLE0605 - built from the lazy-export table, one list

@@ -23,7 +23,8 @@ class JobContext:
 
     The context is *cancelled* when the worker shuts down and the drain deadline has passed
     (the job is then released back to the queue and whatever the handler does next is not
-    recorded), or when the worker learns that the lease was lost (the reaper took the job back).
+    recorded), when the worker learns that the lease was lost (the reaper took the job back), or
+    when the handler's time limit passed (the attempt then fails with ``JobTimeout``).
     A long handler should check :attr:`cancelled` or use :meth:`sleep` between steps and return
     promptly once cancelled.
 
@@ -63,7 +64,8 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the handler should stop: shutdown past the drain deadline, or lease lost."""
+        """True once the handler should stop: shutdown past the drain deadline, lease lost, or
+        time limit passed."""
         return self._cancelled.is_set()
 
     @property

@@ -123,6 +123,7 @@ class Tether:
         queue: str | None = None,
         max_attempts: int | None = None,
         on_failure: FailureHook | None = None,
+        timeout: float | None = None,
     ) -> Callable[[F], F]: ...
 
     def handler(
@@ -132,6 +133,7 @@ class Tether:
         queue: str | None = None,
         max_attempts: int | None = None,
         on_failure: FailureHook | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Register the decorated function as the handler of job type ``name``.
 
@@ -144,10 +146,14 @@ class Tether:
             max_attempts: default ``max_attempts`` of enqueues of this type.
             on_failure: ``hook(job, exc)`` run after each failed attempt is persisted (``job`` as
                 written: ``retrying`` or ``dead``); its errors are logged and ignored.
+            timeout: seconds a run of this handler may take (a finite number > 0); past it the
+                job's context is cancelled and the attempt fails with :class:`~tether.JobTimeout`
+                (see :mod:`tether.entrypoints.worker.timeouts`).  None: the worker's ``job_timeout``.
 
         Raises:
-            ValidationError: a bad name/queue/max_attempts/hook, a function that is not
-                ``f(payload)`` or ``f(payload, ctx)``, or a name registered already.
+            ValidationError: a bad name/queue/max_attempts/hook/timeout, a function that is not
+                ``f(payload)`` or ``f(payload, ctx)``, or a name registered already; nothing is
+                registered then.
         """
         if callable(name) and not isinstance(name, str):
             self.register(name.__name__, name)
@@ -155,7 +161,7 @@ class Tether:
 
         def decorate(func: F) -> F:
             job_type = name if name is not None else getattr(func, "__name__", None)
-            self.register(job_type, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure)
+            self.register(job_type, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure, timeout=timeout)
             return func
 
         return decorate
@@ -168,9 +174,10 @@ class Tether:
         queue: str | None = None,
         max_attempts: int | None = None,
         on_failure: FailureHook | None = None,
+        timeout: float | None = None,
     ) -> HandlerSpec:
         """The non-decorator form of :meth:`handler`; returns the registration.  Same errors."""
-        spec = make_spec(name, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure)
+        spec = make_spec(name, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure, timeout=timeout)
         with self._handlers_lock:
             if spec.name in self._handlers:
                 raise ValidationError(
@@ -361,6 +368,7 @@ class Tether:
         worker_id: str | None = None,
         max_wait: float = 1.0,
         prefetch: int | None = None,
+        job_timeout: float | None = None,
     ) -> WorkerPool:
         """A worker pool running this app's handlers (see :class:`~tether.entrypoints.worker.WorkerPool`
         for every argument).  Call ``.run()`` to block (SIGINT/SIGTERM stop it gracefully) or
@@ -388,6 +396,7 @@ class Tether:
             worker_id=worker_id,
             max_wait=max_wait,
             prefetch=prefetch,
+            job_timeout=job_timeout,
         )
         self._pools.append(pool)
         return pool

@@ -23,6 +23,7 @@ lease_timeout         ``--lease-timeout``        TETHER_LEASE_TIMEOUT    60 s
 heartbeat_interval    ``--heartbeat-interval``   TETHER_HEARTBEAT_...    lease_timeout / 6
 reap_interval         ``--reap-interval``        TETHER_REAP_INTERVAL    15 s
 drain_timeout         ``--drain-timeout``        TETHER_DRAIN_TIMEOUT    30 s
+job_timeout           ``--job-timeout``          TETHER_JOB_TIMEOUT      none (no limit)
 max_payload_bytes     ``--max-payload-bytes``    TETHER_MAX_PAYLOAD_...  65,536 bytes
 log_level             ``--log-level``            TETHER_LOG_LEVEL        INFO
 ====================  =========================  ======================  =====================
@@ -302,6 +303,8 @@ class Settings:
         heartbeat_interval: seconds between lease heartbeats (< lease_timeout); None for lease_timeout / 6.
         reap_interval: seconds between reaper passes (> 0).
         drain_timeout: seconds a stopping worker waits for running jobs before releasing them (>= 0).
+        job_timeout: seconds a handler registered without its own ``timeout`` may run (> 0);
+            None for no limit (see :mod:`tether.entrypoints.worker.timeouts`).
         max_payload_bytes: largest encoded payload accepted, in bytes.
         log_level: DEBUG, INFO, WARNING, ERROR or CRITICAL.
 
@@ -322,6 +325,7 @@ class Settings:
     heartbeat_interval: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     reap_interval: float = attrs.field(default=DEFAULT_REAP_INTERVAL, validator=_seconds())
     drain_timeout: float = attrs.field(default=30.0, validator=_seconds(allow_zero=True))
+    job_timeout: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     max_payload_bytes: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_int_between(MIN_PAYLOAD_LIMIT, MAX_PAYLOAD_LIMIT))
     log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
 

@@ -137,6 +137,15 @@ def worker(
             **SECONDS,
         ),
     ] = None,
+    job_timeout: Annotated[
+        float | None,
+        setting_option(
+            "job_timeout",
+            "Seconds a handler may run (unless registered with its own timeout); past it the job fails with "
+            "JobTimeout. [default: no limit]",
+            **SECONDS,
+        ),
+    ] = None,
     log_level: Annotated[
         str | None, setting_option("log_level", "DEBUG, INFO, WARNING or ERROR. [default: INFO]")
     ] = None,
@@ -160,6 +169,7 @@ def worker(
         heartbeat_interval=heartbeat_interval,
         reap_interval=reap_interval,
         drain_timeout=drain_timeout,
+        job_timeout=job_timeout,
         log_level=log_level,
     )
     _configure_logging(settings.log_level)
@@ -176,6 +186,7 @@ def worker(
             heartbeat_interval=settings.heartbeat_interval,
             reap_interval=settings.reap_interval,
             drain_timeout=settings.drain_timeout,
+            job_timeout=settings.job_timeout,
             worker_id=worker_id,
         )
         logging.getLogger("tether.cli").info(

@@ -34,6 +34,7 @@ from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.runner import ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
 from tether.entrypoints.worker.stats import Counts, WorkerStats
+from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -71,6 +72,10 @@ class WorkerPool:
             fewer while handlers are slow (see
             :data:`~tether.entrypoints.worker.acquirer.PREFETCH_HORIZON`).  A prefetched job is
             heartbeated like a running one, and released unstarted at shutdown.
+        job_timeout: seconds a handler registered without a ``timeout`` may run (a finite number
+            > 0), or None for no limit.  Past it the job's context is cancelled, a new thread
+            takes the slot, and the attempt fails with :class:`~tether.domain.errors.JobTimeout`
+            (see :mod:`tether.entrypoints.worker.timeouts`).
 
     Raises:
         ValidationError: naming the bad argument.
@@ -93,6 +98,7 @@ class WorkerPool:
         worker_id: str | None = None,
         max_wait: float = 1.0,
         prefetch: int | None = None,
+        job_timeout: float | None = None,
     ) -> None:
         self.repository = repository
         self.dispatcher = dispatcher
@@ -118,6 +124,7 @@ class WorkerPool:
         self.max_wait = validate_seconds(max_wait, "max_wait")
         self.worker_id = validate_worker_id(worker_id) if worker_id is not None else default_worker_id()
         self.prefetch = self.concurrency if prefetch is None else validate_int(prefetch, "prefetch", 0, 1024)
+        self.job_timeout = None if job_timeout is None else validate_seconds(job_timeout, "job_timeout", allow_zero=False)
 
         self._started = False
         self._stopped = False
@@ -130,13 +137,19 @@ class WorkerPool:
             held=held, counts=counts, completions=completions, dispatcher=dispatcher, clock=clock,
             worker_id=self.worker_id, ratelog=ratelog,
         )
+        self._timeouts = timeouts = Timeouts(
+            held=held, counts=counts, outcomes=outcomes, handlers=handlers, repository=repository, clock=clock,
+            retry_policy=self.retry_policy, worker_id=self.worker_id,
+        )
         self._runner = runner = ThreadRunner(
             held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
             clock=clock, retry_policy=self.retry_policy, concurrency=self.concurrency, worker_id=self.worker_id,
+            timeouts=timeouts, job_timeout=self.job_timeout,
         )
+        timeouts.slots = runner
         self._shutdown = shutdown = Shutdown(
             held=held, counts=counts, runner=runner, repository=repository, dispatcher=dispatcher, clock=clock,
-            worker_id=self.worker_id, ratelog=ratelog,
+            worker_id=self.worker_id, ratelog=ratelog, timeouts=timeouts,
         )
         self._acquirer = acquirer = Acquirer(
             held=held, runner=runner, completions=completions, repository=repository, dispatcher=dispatcher,
@@ -186,9 +199,11 @@ class WorkerPool:
                 raise RuntimeError("this WorkerPool was already started; build a new one with app.worker()")
             self._started = True
         logger.info(
-            "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s",
+            "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s, "
+            "job timeout %s",
             self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
+            "none" if self.job_timeout is None else f"{self.job_timeout:g} s",
         )
         self._completions.start()
         self._runner.start()
@@ -221,12 +236,14 @@ class WorkerPool:
         self._shutdown.release_prefetched()
         self._shutdown.drain(deadline=deadline, drain_timeout=drain, first_signals=first_signals)
         self._runner.stop()
+        self._timeouts.stop()
         self._heartbeats.stop()
         self._maintenance.stop()
         # Handler threads whose job was released may still be inside a handler that ignores
         # cancellation; they are daemon threads, so wait only briefly.
         self._runner.join(deadline=time.monotonic() + 1.0)
         self._heartbeats.join(5.0)
+        self._timeouts.join(5.0)
         self._completions.close()
         stats = self.stats
         logger.info("worker %s stopped: %s", self.worker_id, stats)

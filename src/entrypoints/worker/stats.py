@@ -24,6 +24,8 @@ class WorkerStats:
         lease_lost: writes refused by the fence (complete, fail, heartbeat, release).
         released: jobs handed back at shutdown.
         reaped: expired leases taken back by this pool's reaper (any worker's).
+        timed_out: handlers that ran past their time limit (their attempts' failures are
+            counted in ``failed`` or ``dead`` too).
     """
 
     completed: int = 0
@@ -32,6 +34,7 @@ class WorkerStats:
     lease_lost: int = 0
     released: int = 0
     reaped: int = 0
+    timed_out: int = 0
 
 
 #: Which :class:`WorkerStats` counter each recorded outcome of a handler bumps.
