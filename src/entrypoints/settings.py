@@ -91,6 +91,17 @@ class InvalidSetting(ConfigurationError):
 NO_FLAG = frozenset({"poll_interval"})
 
 
+def unset_if_blank(value: Any) -> Any:
+    """The one rule for a text setting that is set but empty: ``""`` (or only blanks) counts as
+    unset, None.  It holds for every ``TETHER_*`` variable (:meth:`Settings.load`, so the CLI and
+    :func:`tether.connect_from_env <tether.entrypoints.container.connect_from_env>`; Typer reads
+    the flags' variables the same way) and for ``tether.connect``'s ``redis_url`` and ``schema``.
+    Any other value is returned as it is."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
 def setting_label(setting: str) -> str:
     """How messages name a setting: ``"concurrency (--concurrency, TETHER_CONCURRENCY)"``
     (``"poll_interval (TETHER_POLL_INTERVAL)"`` for one without a flag)."""
@@ -368,8 +379,8 @@ class Settings:
         names = [field.name for field in attrs.fields(cls)]
         values: dict[str, Any] = {}
         for name in names:
-            raw = environ.get(env_name(name))
-            if raw is not None and raw.strip() != "":
+            raw = unset_if_blank(environ.get(env_name(name)))
+            if raw is not None:
                 values[name] = _parse_env(cls, name, raw.strip())
         for name, value in (overrides or {}).items():
             if name not in names:
