@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Tether": "tether.entrypoints.service",
     "connect": "tether.entrypoints.container",
+    "connect_from_env": "tether.entrypoints.container",
     "EnqueueRequest": "tether.entrypoints.service",
     "JobContext": "tether.entrypoints.context",
     "WorkerPool": "tether.entrypoints.worker",
@@ -33,6 +34,7 @@ _EXPORTS = {
     "ServiceUnavailable": "tether.domain.errors",
     "DispatcherUnavailable": "tether.domain.errors",
     "PermanentError": "tether.domain.errors",
+    "JobTimeout": "tether.domain.errors",
     "Snooze": "tether.domain.snooze",
 }
 

@@ -7,6 +7,7 @@ from tether.domain.errors import (
     ConfigurationError,
     InvalidTransition,
     JobNotFound,
+    JobTimeout,
     LeaseLost,
     PayloadError,
     PermanentError,
@@ -15,7 +16,7 @@ from tether.domain.errors import (
     ValidationError,
 )
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
-from tether.domain.lease import Lease, check_fence, holds_lease, new_lease_token
+from tether.domain.lease import Lease, check_fence, holds_lease, new_lease_token, without_token
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Job",
     "JobNotFound",
     "JobStatus",
+    "JobTimeout",
     "Lease",
     "LeaseLost",
     "NewJob",
@@ -39,4 +41,5 @@ __all__ = [
     "holds_lease",
     "lease_order_key",
     "new_lease_token",
+    "without_token",
 ]

@@ -84,6 +84,23 @@ class StorageUnavailable(ServiceUnavailable):
     """
 
 
+class JobTimeout(TetherError):
+    """A handler ran past its time limit (``@app.handler(..., timeout=...)`` or the worker's
+    ``job_timeout``).
+
+    The worker records the attempt as failed with this error (``last_error`` is
+    ``"JobTimeout: timed out after 30 s"``), whatever the handler did after its limit; the job is
+    then retried or sent to ``dead`` like after any failure.  Handlers never need to raise it.
+
+    Attributes:
+        seconds: the limit that passed, in seconds.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"timed out after {seconds:g} s")
+        self.seconds = seconds
+
+
 class PermanentError(Exception):
     """Raise from a handler (or wrap another error) to send the job to ``dead`` at once.
 

@@ -76,3 +76,13 @@ def check_fence(job: Job, token: str) -> None:
     """Raise :class:`LeaseLost` unless ``job`` is running under ``token``."""
     if not holds_lease(job, token):
         raise LeaseLost(job.id, token)
+
+
+def without_token(job: Job) -> Job:
+    """``job`` as the public API shows it: the lease token hidden (``lease_token=None``).
+
+    The token is the holder's proof of its lease: only the repository port and the running
+    handler's context carry it, so a reader of the API can never write for a lease it does not
+    hold.  A job without a token is returned as it is (no copy).
+    """
+    return job if job.lease_token is None else attrs.evolve(job, lease_token=None)

@@ -19,11 +19,14 @@ pool) however often it is asked.  Adapters are imported only when selected, so a
 ``memory://`` never imports SQLAlchemy or redis-py.
 
 :func:`connect` (exported as ``tether.connect``) is the short way for application code;
-:func:`from_settings` builds from a validated :class:`~tether.entrypoints.settings.Settings` (the CLI).
+:func:`connect_from_env` (``tether.connect_from_env``) reads the ``TETHER_*`` variables as the CLI
+does; :func:`from_settings` builds from a validated :class:`~tether.entrypoints.settings.Settings`
+(the CLI).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dependency_injector import containers, providers
@@ -33,7 +36,14 @@ from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import RetryPolicy
 from tether.domain.validation import validate_int
-from tether.entrypoints.settings import InvalidSetting, Settings, check_redis_url, database_kind, redact_url
+from tether.entrypoints.settings import (
+    InvalidSetting,
+    Settings,
+    check_redis_url,
+    database_kind,
+    redact_url,
+    unset_if_blank,
+)
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -262,6 +272,8 @@ def connect(
         redis_url: ``redis://host:6379/0`` to wake workers through Redis Streams; None to poll.
             For a Redis Cluster, a node's URL plus ``redis_options={"cluster": True}``.
         schema: database schema for Tether's tables (PostgreSQL).
+            ``redis_url`` and ``schema`` given as empty (or blank) text count as not given, as an
+            empty ``TETHER_*`` variable does (:func:`~tether.entrypoints.settings.unset_if_blank`).
         options: ``clock`` (a Clock, e.g. FakeClock; default: the database server's clock on
             PostgreSQL, the system clock otherwise), ``retry_policy`` (RetryPolicy),
             ``poll_interval`` (seconds), ``pool_size`` (connections), ``create`` (create the
@@ -284,8 +296,8 @@ def connect(
     try:
         settings = Settings(
             database_url=database_url,
-            redis_url=redis_url,
-            schema=schema,
+            redis_url=unset_if_blank(redis_url),
+            schema=unset_if_blank(schema),
             poll_interval=options.pop("poll_interval", 1.0),
             max_payload_bytes=options.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES),
         )
@@ -310,11 +322,32 @@ def connect(
         raise
 
 
+def connect_from_env(*, environ: Mapping[str, str] | None = None, **options: Any) -> Tether:
+    """Open the :class:`Tether` application the ``TETHER_*`` variables describe, read exactly as
+    the ``tether`` command reads them (``tether.connect_from_env``): ``TETHER_DATABASE_URL``
+    (default ``sqlite:///tether.db``), ``TETHER_REDIS_URL``, ``TETHER_REDIS_PREFIX``,
+    ``TETHER_REDIS_CLUSTER``, ``TETHER_SCHEMA``, ``TETHER_POLL_INTERVAL`` and
+    ``TETHER_MAX_PAYLOAD_BYTES``; a variable set but empty counts as unset.  So a module that
+    builds its app this way and the CLI always agree on the store and the streams.
+
+    Args:
+        environ: where the variables are read (default ``os.environ``).
+        options: as for :func:`connect` (``clock``, ``retry_policy``, ``pool_size``, ...); an
+            option given here wins over its variable.
+
+    Raises:
+        InvalidSetting: a variable with a bad value (every ``TETHER_*`` setting is checked, the
+            worker's too), named with its flag and variable; what :func:`connect` raises.
+    """
+    return from_settings(Settings.load(environ=environ), **options)
+
+
 __all__ = [
     "Container",
     "build_container",
     "clock_kind",
     "connect",
+    "connect_from_env",
     "database_clock",
     "database_kind",
     "dispatcher_kind",

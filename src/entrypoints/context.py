@@ -26,7 +26,8 @@ class JobContext:
     interval, and whatever outcome the handler then produces is recorded as ``cancelled``
     (:attr:`cancel_requested`); when the worker shuts down and the drain deadline has passed (the
     job is then released back to the queue and whatever the handler does next is not recorded);
-    or when the worker learns that the lease was lost (the reaper took the job back).  A long
+    when the worker learns that the lease was lost (the reaper took the job back); or when the
+    handler's time limit passed (the attempt then fails with ``JobTimeout``).  A long
     handler should check :attr:`cancelled` or use :meth:`sleep` between steps and return
     promptly once cancelled.
 
@@ -70,7 +71,7 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once the handler should stop: the job was cancelled, shutdown passed the drain
-        deadline, or the lease was lost."""
+        deadline, the lease was lost, or the time limit passed."""
         return self._cancelled.is_set()
 
     @property

@@ -193,7 +193,7 @@ def execute_job(
         return _failed(job, ctx, spec, exc, repository=repository, clock=clock, retry_policy=retry_policy,
                        writer=writer, worker_id=worker_id, rand=rand)
     if not writer.begin_finish():
-        logger.info("worker %s: job %s returned after it was released or lost; result not recorded", worker_id, job.id)
+        logger.info("worker %s: job %s returned after it was released, lost or timed out; result not recorded", worker_id, job.id)
         return Execution(job, Outcome.NOT_RECORDED)
     written = writer.write("complete", lambda: repository.complete(job.id, ctx.token, now=clock.now()))
     if written is None:
@@ -227,11 +227,39 @@ def _failed(
     worker_id: str,
     rand: Callable[[], float],
 ) -> Execution:
+    if not writer.begin_finish():
+        error = describe_failure(exc)
+        logger.info("worker %s: job %s failed after it was released, lost or timed out; not recorded: %s",
+                    worker_id, job.id, error[:500])
+        return Execution(job, Outcome.NOT_RECORDED, error, exc, isinstance(exc, PermanentError))
+    return record_failure(job, ctx, spec, exc, repository=repository, clock=clock, retry_policy=retry_policy,
+                          writer=writer, worker_id=worker_id, rand=rand)
+
+
+def record_failure(
+    job: Job,
+    ctx: JobContext,
+    spec: HandlerSpec | None,
+    exc: BaseException,
+    *,
+    repository: JobRepository,
+    clock: Clock,
+    retry_policy: RetryPolicy,
+    writer: OutcomeWriter,
+    worker_id: str,
+    rand: Callable[[], float] = random.random,
+) -> Execution:
+    """Write the failed attempt of ``job`` (the right to write was claimed already: no
+    ``begin_finish`` here): ``fail`` with the retry time from ``retry_policy``, or ``dead`` for a
+    :class:`PermanentError` or when attempts are used up; then ``spec``'s ``on_failure`` hook.
+    Also how a worker writes a :class:`~tether.domain.errors.JobTimeout`.
+
+    Returns:
+        the :class:`Execution` (``RETRYING``, ``DEAD``, or ``NOT_RECORDED`` when the writer
+        refused or gave up the write).
+    """
     error = describe_failure(exc)
     permanent = isinstance(exc, PermanentError)
-    if not writer.begin_finish():
-        logger.info("worker %s: job %s failed after it was released or lost; not recorded: %s", worker_id, job.id, error[:500])
-        return Execution(job, Outcome.NOT_RECORDED, error, exc, permanent)
     now = clock.now()
     retry_at: datetime | None = transitions.next_retry_at(job, now=now, policy=retry_policy, r=rand(), permanent=permanent)
     written = writer.write(
@@ -257,7 +285,7 @@ def _failed(
             worker_id, job.id, job.job_type, written.attempts, written.max_attempts,
             written.scheduled_at.isoformat(), sanitize_text(error, 500),
         )
-    if spec.on_failure is not None:
+    if spec is not None and spec.on_failure is not None:
         try:
             spec.on_failure(written, exc)
         except BaseException:  # a hook can never stop the worker (C17)
@@ -265,4 +293,12 @@ def _failed(
     return Execution(written, outcome, error, exc, permanent)
 
 
-__all__ = ["UNKNOWN_TYPE_SNOOZE", "Execution", "Outcome", "OutcomeWriter", "execute_job", "unknown_type_error"]
+__all__ = [
+    "UNKNOWN_TYPE_SNOOZE",
+    "Execution",
+    "Outcome",
+    "OutcomeWriter",
+    "execute_job",
+    "record_failure",
+    "unknown_type_error",
+]

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 from tether.domain.errors import ValidationError
 from tether.domain.job import Job
-from tether.domain.validation import validate_job_type, validate_max_attempts, validate_queue
+from tether.domain.validation import validate_job_type, validate_max_attempts, validate_queue, validate_seconds
 
 #: ``on_failure(job, exc)``: ``job`` as persisted after the failed attempt (``retrying`` or ``dead``).
 FailureHook = Callable[[Job, BaseException], Any]
@@ -33,6 +33,8 @@ class HandlerSpec:
         queue: default queue for enqueues of this job type, or None (the app's default).
         max_attempts: default ``max_attempts`` for enqueues of this job type, or None.
         on_failure: hook run after each failed attempt is persisted, or None.
+        timeout: seconds its handler may run before the attempt times out (see
+            :mod:`tether.entrypoints.worker.timeouts`), or None for the worker's ``job_timeout``.
     """
 
     name: str
@@ -41,6 +43,7 @@ class HandlerSpec:
     queue: str | None = None
     max_attempts: int | None = None
     on_failure: FailureHook | None = None
+    timeout: float | None = None
 
 
 def takes_context(func: Callable[..., Any]) -> bool:
@@ -79,11 +82,13 @@ def make_spec(
     queue: object = None,
     max_attempts: object = None,
     on_failure: object = None,
+    timeout: object = None,
 ) -> HandlerSpec:
     """Validate one registration and return its :class:`HandlerSpec`.
 
     Raises:
-        ValidationError: naming ``job_type``, ``handler``, ``queue``, ``max_attempts`` or ``on_failure``.
+        ValidationError: naming ``job_type``, ``handler``, ``queue``, ``max_attempts``,
+            ``on_failure`` or ``timeout`` (not a finite number of seconds > 0).
     """
     job_type = validate_job_type(name)
     if not callable(func):
@@ -95,6 +100,8 @@ def make_spec(
         max_attempts = validate_max_attempts(max_attempts)
     if on_failure is not None and not callable(on_failure):
         raise ValidationError("on_failure", f"must be callable as on_failure(job, exc), got {type(on_failure).__name__}")
+    if timeout is not None:
+        timeout = validate_seconds(timeout, "timeout", allow_zero=False)
     return HandlerSpec(
         name=job_type,
         func=func,
@@ -102,6 +109,7 @@ def make_spec(
         queue=queue,  # type: ignore[arg-type]
         max_attempts=max_attempts,  # type: ignore[arg-type]
         on_failure=on_failure,  # type: ignore[arg-type]
+        timeout=timeout,  # type: ignore[arg-type]
     )
 
 

@@ -10,11 +10,15 @@ Enqueue validates everything first (:func:`tether.domain.validation.prepare_job`
 the repository, and tells the dispatcher only after the write commits
 (``repository.on_commit``); a dispatcher failure is logged and never fails the enqueue, because
 the repository is the truth and every poll or sweep finds the job (DESIGN.md, "Dispatch").
+
+Every :class:`~tether.domain.job.Job` this API returns has ``lease_token=None``: the token is the
+lease holder's alone (the repository port and the running handler's ``ctx.token`` carry it), so
+nothing read through the API can write for a lease (:func:`~tether.domain.lease.without_token`,
+applied on the way out).
 """
 
 from __future__ import annotations
 
-import builtins
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,8 +29,8 @@ from typing import Any, Self, TypeVar, overload
 
 import attrs
 from tether.domain.errors import ConfigurationError, ValidationError
-from tether.domain.explanation import DUE_AHEAD_LIMIT, Explanation, JobFacts, explain
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
+from tether.domain.lease import without_token
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from tether.domain.validation import (
@@ -37,11 +41,10 @@ from tether.domain.validation import (
     validate_int,
     validate_queue,
 )
-from tether.domain.workers import WorkerEntry
-from tether.entrypoints.cancellation import cancel_matching
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
-from tether.entrypoints.maintenance import Reaper, purge_finished
+from tether.entrypoints.job_control import MAX_BIGINT, JobControl, job_id_of
+from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL
 from tether.entrypoints.worker import WorkerPool, WorkerStats
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -68,7 +71,7 @@ class EnqueueRequest:
     idempotency_key: str | None = None
 
 
-class Tether:
+class Tether(JobControl):
     """A Tether application: handlers, enqueue, administration, workers.
 
     Args:
@@ -128,6 +131,7 @@ class Tether:
         queue: str | None = None,
         max_attempts: int | None = None,
         on_failure: FailureHook | None = None,
+        timeout: float | None = None,
     ) -> Callable[[F], F]: ...
 
     def handler(
@@ -137,6 +141,7 @@ class Tether:
         queue: str | None = None,
         max_attempts: int | None = None,
         on_failure: FailureHook | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Register the decorated function as the handler of job type ``name``.
 
@@ -149,10 +154,14 @@ class Tether:
             max_attempts: default ``max_attempts`` of enqueues of this type.
             on_failure: ``hook(job, exc)`` run after each failed attempt is persisted (``job`` as
                 written: ``retrying`` or ``dead``); its errors are logged and ignored.
+            timeout: seconds a run of this handler may take (a finite number > 0); past it the
+                job's context is cancelled and the attempt fails with :class:`~tether.JobTimeout`
+                (see :mod:`tether.entrypoints.worker.timeouts`).  None: the worker's ``job_timeout``.
 
         Raises:
-            ValidationError: a bad name/queue/max_attempts/hook, a function that is not
-                ``f(payload)`` or ``f(payload, ctx)``, or a name registered already.
+            ValidationError: a bad name/queue/max_attempts/hook/timeout, a function that is not
+                ``f(payload)`` or ``f(payload, ctx)``, or a name registered already; nothing is
+                registered then.
         """
         if callable(name) and not isinstance(name, str):
             self.register(name.__name__, name)
@@ -160,7 +169,7 @@ class Tether:
 
         def decorate(func: F) -> F:
             job_type = name if name is not None else getattr(func, "__name__", None)
-            self.register(job_type, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure)
+            self.register(job_type, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure, timeout=timeout)
             return func
 
         return decorate
@@ -173,9 +182,10 @@ class Tether:
         queue: str | None = None,
         max_attempts: int | None = None,
         on_failure: FailureHook | None = None,
+        timeout: float | None = None,
     ) -> HandlerSpec:
         """The non-decorator form of :meth:`handler`; returns the registration.  Same errors."""
-        spec = make_spec(name, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure)
+        spec = make_spec(name, func, queue=queue, max_attempts=max_attempts, on_failure=on_failure, timeout=timeout)
         with self._handlers_lock:
             if spec.name in self._handlers:
                 raise ValidationError(
@@ -269,7 +279,7 @@ class Tether:
         result = self.repository.enqueue(new_job, now=now, connection=connection)
         if result.created:
             self._notify_after_commit(connection, [result.job])
-        return result
+        return _public_result(result)
 
     def enqueue_many(self, requests: Iterable[EnqueueRequest], *, connection: Any = None) -> list[EnqueueResult]:
         """Store several jobs, all or none; results in input order.
@@ -295,7 +305,7 @@ class Tether:
             return []
         results = self.repository.enqueue_many(new_jobs, now=now, connection=connection)
         self._notify_after_commit(connection, [r.job for r in results if r.created])
-        return results
+        return [_public_result(result) for result in results]
 
     def transaction(self) -> AbstractContextManager[Any]:
         """The repository's own unit of work: ``with app.transaction() as tx: app.enqueue(..., connection=tx)``.
@@ -304,8 +314,9 @@ class Tether:
 
     # -- reading and administration ----------------------------------------------------------
     def get(self, job_id: int) -> Job:
-        """The job with this id.  Raises JobNotFound, ValidationError (not a positive integer)."""
-        return self.repository.get(_job_id(job_id))
+        """The job with this id (its ``lease_token`` hidden: None, as in every job this API returns).
+        Raises JobNotFound, ValidationError (not a positive integer)."""
+        return without_token(self.repository.get(job_id_of(job_id)))
 
     def list(
         self,
@@ -319,12 +330,13 @@ class Tether:
         Raises:
             ValidationError: an unknown status, a bad queue name, limit outside 0-10,000, offset < 0.
         """
-        return self.repository.list_jobs(
+        jobs = self.repository.list_jobs(
             status=_status(status),
             queue=validate_queue(queue) if queue is not None else None,
             limit=validate_int(limit, "limit", 0, 10_000),
-            offset=validate_int(offset, "offset", 0, _MAX_BIGINT),
+            offset=validate_int(offset, "offset", 0, MAX_BIGINT),
         )
+        return [without_token(job) for job in jobs]
 
     def counts(self, queue: str | None = None) -> dict[JobStatus, int]:
         """How many jobs are in each status (every status present), in one queue or all.
@@ -335,116 +347,22 @@ class Tether:
         """The job holding this idempotency key, or None.  Raises ValidationError for a bad key."""
         key = validate_idempotency_key(idempotency_key)
         assert key is not None
-        return self.repository.find_by_key(key)
-
-    def cancel(self, job_id: int) -> Job:
-        """Cancel a job; returns it as it now is.
-
-        A ``queued`` or ``retrying`` job is ``cancelled`` at once: it is never leased again and is
-        purged like other finished jobs (its idempotency key stays held until then).  A ``running``
-        job keeps running with a stored cancellation request: its handler sees ``ctx.cancelled``
-        within one heartbeat interval, and whatever outcome its worker writes next (or the reaper,
-        if the worker is gone) records ``cancelled``; the job returned is then still ``running``,
-        with ``cancel_requested_at`` set.
-
-        Raises:
-            ValidationError: ``job_id`` is not a positive integer.
-            JobNotFound: no such job.
-            InvalidTransition: the job is completed, dead or cancelled already (``.status`` names
-                it); nothing changed.
-        """
-        return self.repository.cancel(_job_id(job_id), now=self.clock.now())
-
-    def cancel_matching(
-        self,
-        *,
-        queue: str | None = None,
-        statuses: Sequence[JobStatus | str] | None = None,
-        job_type: str | None = None,
-        everything: bool = False,
-        batch_size: int = 1000,
-    ) -> int:
-        """Cancel, as :meth:`cancel` does, every job matching all the filters given: of ``queue``,
-        in one of ``statuses`` (queued, retrying, running; default all three), of ``job_type``.
-        Written in batches of ``batch_size`` jobs, one statement each.  Returns how many jobs were
-        cancelled or got a cancellation request (jobs already cancelled, or running with a request
-        already, are not counted again).
-
-        Raises:
-            ValidationError: no filter given and ``everything`` is not True (field ``filters``);
-                a bad queue, job type or batch size; a status that is not one, or that cannot be
-                cancelled (completed, dead, cancelled) (field ``statuses``).  Nothing written.
-        """
-        return cancel_matching(
-            self.repository, self.clock, queue=queue, statuses=statuses, job_type=job_type, everything=everything,
-            batch_size=batch_size,
-        )
-
-    def retry(self, job_id: int) -> Job:
-        """Manual retry: a dead or cancelled job back to ``queued`` now, attempts reset to 0.
-
-        Raises:
-            JobNotFound; InvalidTransition: the job is neither dead nor cancelled.
-        """
-        job = self.repository.retry_dead(_job_id(job_id), now=self.clock.now())
-        self._notify_after_commit(None, [job])
-        return job
-
-    def purge(self, older_than: datetime | timedelta) -> int:
-        """Delete completed, dead and cancelled jobs that finished before ``older_than`` (an aware datetime,
-        or a timedelta meaning that long ago); returns how many.  Their idempotency keys become
-        free again.  Raises ValidationError for anything else."""
-        return purge_finished(self.repository, self.clock, older_than)
-
-    def workers(self) -> builtins.list[WorkerEntry]:
-        """The worker registry: one :class:`~tether.domain.workers.WorkerEntry` per worker pool
-        that is running or stopped without a clean stop in the last day, oldest start first, each
-        with ``gone`` set (no refresh for a few heartbeat intervals; see
-        :func:`~tether.domain.workers.is_gone`).  Information only.
-
-        Raises:
-            ConfigurationError: this app's store keeps no worker registry.
-            StorageUnavailable: the store could not be reached.
-        """
-        if self.registry is None:
-            raise ConfigurationError(f"workers: {type(self.repository).__name__} keeps no worker registry")
-        return self.registry.list_workers(now=self.clock.now())
-
-    def explain(self, job_id: int) -> Explanation:
-        """Why the job is where it is, from the store alone: a one-line ``verdict`` (scheduled for
-        later, no live worker handles it, running on a worker, waiting behind N due jobs, retrying,
-        dead, completed ...) and the ``facts`` behind it (see :mod:`tether.domain.explanation`).
-        Reads the job, the worker registry (if the store keeps one) and, for a due job, a count of
-        the due jobs ahead of it (at most 10,000).  Never shows the lease token.
-
-        Raises:
-            JobNotFound; ValidationError: not a positive integer; StorageUnavailable.
-        """
-        job = self.repository.get(_job_id(job_id))
-        now = self.clock.now()
-        workers = None
-        if self.registry is not None and not job.status.is_terminal:
-            workers = tuple(self.registry.list_workers(now=now))
-        due_ahead = self.repository.count_due_ahead(job, now=now, limit=DUE_AHEAD_LIMIT) if job.is_due(now) else None
-        return explain(JobFacts(job, now, workers, due_ahead))
-
-    def reap(self) -> builtins.list[Job]:
-        """One reaper pass now: running jobs whose lease expired go to ``retrying`` (or ``dead``
-        when out of attempts); returns them as written."""
-        return Reaper(self.repository, self.clock, self.dispatcher).run_once()
+        job = self.repository.find_by_key(key)
+        return None if job is None else without_token(job)
 
     # -- workers -----------------------------------------------------------------------------
     def worker(
         self,
         concurrency: int = 4,
         queues: Sequence[str] | None = None,
-        lease_timeout: float = 900.0,
+        lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
         heartbeat_interval: float | None = None,
-        reap_interval: float = 30.0,
+        reap_interval: float = DEFAULT_REAP_INTERVAL,
         drain_timeout: float = 30.0,
         worker_id: str | None = None,
         max_wait: float = 1.0,
         prefetch: int | None = None,
+        job_timeout: float | None = None,
     ) -> WorkerPool:
         """A worker pool running this app's handlers (see :class:`~tether.entrypoints.worker.WorkerPool`
         for every argument).  Call ``.run()`` to block (SIGINT/SIGTERM stop it gracefully) or
@@ -473,6 +391,7 @@ class Tether:
             max_wait=max_wait,
             prefetch=prefetch,
             registry=self.registry,
+            job_timeout=job_timeout,
         )
         self._pools.append(pool)
         return pool
@@ -500,13 +419,10 @@ class Tether:
         self.close()
 
 
-#: Largest job id and offset: a signed 64-bit integer (the ``BIGINT`` of the SQL tables).
-_MAX_BIGINT = 2**63 - 1
-
-
-def _job_id(value: object) -> int:
-    """``value`` as a job id (1 to 2**63 - 1).  Raises ValidationError(``job_id``)."""
-    return validate_int(value, "job_id", 1, _MAX_BIGINT)
+def _public_result(result: EnqueueResult) -> EnqueueResult:
+    """``result`` with its job's lease token hidden (a key's existing job may be running)."""
+    job = without_token(result.job)
+    return result if job is result.job else EnqueueResult(job, result.created)
 
 
 def _status(value: JobStatus | str | None) -> JobStatus | None:

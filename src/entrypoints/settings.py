@@ -19,10 +19,11 @@ concurrency           ``--concurrency``          TETHER_CONCURRENCY      4 threa
 prefetch              ``--prefetch``             TETHER_PREFETCH         concurrency (jobs)
 queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
 poll_interval         ``--poll-interval``        TETHER_POLL_INTERVAL    1.0 s
-lease_timeout         ``--lease-timeout``        TETHER_LEASE_TIMEOUT    900 s
-heartbeat_interval    ``--heartbeat-interval``   TETHER_HEARTBEAT_...    lease_timeout / 3
-reap_interval         ``--reap-interval``        TETHER_REAP_INTERVAL    30 s
+lease_timeout         ``--lease-timeout``        TETHER_LEASE_TIMEOUT    60 s
+heartbeat_interval    ``--heartbeat-interval``   TETHER_HEARTBEAT_...    lease_timeout / 6
+reap_interval         ``--reap-interval``        TETHER_REAP_INTERVAL    15 s
 drain_timeout         ``--drain-timeout``        TETHER_DRAIN_TIMEOUT    30 s
+job_timeout           ``--job-timeout``          TETHER_JOB_TIMEOUT      none (no limit)
 max_payload_bytes     ``--max-payload-bytes``    TETHER_MAX_PAYLOAD_...  65,536 bytes
 log_level             ``--log-level``            TETHER_LOG_LEVEL        INFO
 ====================  =========================  ======================  =====================
@@ -52,6 +53,16 @@ MAX_CONCURRENCY = 1024
 MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
 #: Smallest ``max_payload_bytes``: two bytes, the empty object ``{}`` (as :class:`tether.Tether` requires).
 MIN_PAYLOAD_LIMIT = 2
+#: How long a lease lasts without a heartbeat by default, in seconds: a job whose worker died
+#: (SIGKILL, a lost machine) is taken back by the reaper at most this plus ``DEFAULT_REAP_INTERVAL``
+#: after the worker's last heartbeat (75 s), while live jobs keep theirs through heartbeats.
+DEFAULT_LEASE_TIMEOUT = 60.0
+#: The default heartbeat interval is the lease timeout divided by this (10 s for the default
+#: lease): five beats in a row may fail (or be held up by a handler holding the GIL) before a
+#: live job's lease runs out.
+HEARTBEATS_PER_LEASE = 6
+#: Seconds between reaper passes by default.
+DEFAULT_REAP_INTERVAL = 15.0
 
 
 class InvalidSetting(ConfigurationError):
@@ -78,6 +89,17 @@ class InvalidSetting(ConfigurationError):
 
 #: Settings with no command-line flag (set them in ``tether.connect(...)`` or the environment).
 NO_FLAG = frozenset({"poll_interval"})
+
+
+def unset_if_blank(value: Any) -> Any:
+    """The one rule for a text setting that is set but empty: ``""`` (or only blanks) counts as
+    unset, None.  It holds for every ``TETHER_*`` variable (:meth:`Settings.load`, so the CLI and
+    :func:`tether.connect_from_env <tether.entrypoints.container.connect_from_env>`; Typer reads
+    the flags' variables the same way) and for ``tether.connect``'s ``redis_url`` and ``schema``.
+    Any other value is returned as it is."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
 
 
 def setting_label(setting: str) -> str:
@@ -289,9 +311,11 @@ class Settings:
         queues: the queues a worker leases from; None for all.
         poll_interval: longest idle wait between polls, in seconds (> 0).
         lease_timeout: how long a lease lasts without a heartbeat, in seconds (> 0).
-        heartbeat_interval: seconds between lease heartbeats (< lease_timeout); None for lease_timeout / 3.
+        heartbeat_interval: seconds between lease heartbeats (< lease_timeout); None for lease_timeout / 6.
         reap_interval: seconds between reaper passes (> 0).
         drain_timeout: seconds a stopping worker waits for running jobs before releasing them (>= 0).
+        job_timeout: seconds a handler registered without its own ``timeout`` may run (> 0);
+            None for no limit (see :mod:`tether.entrypoints.worker.timeouts`).
         max_payload_bytes: largest encoded payload accepted, in bytes.
         log_level: DEBUG, INFO, WARNING, ERROR or CRITICAL.
 
@@ -308,10 +332,11 @@ class Settings:
     prefetch: int | None = attrs.field(default=None, validator=attrs.validators.optional(_int_between(0, MAX_CONCURRENCY)))
     queues: tuple[str, ...] | None = attrs.field(default=None, converter=_to_queues, validator=_queues)
     poll_interval: float = attrs.field(default=1.0, validator=_seconds())
-    lease_timeout: float = attrs.field(default=900.0, validator=_seconds())
+    lease_timeout: float = attrs.field(default=DEFAULT_LEASE_TIMEOUT, validator=_seconds())
     heartbeat_interval: float | None = attrs.field(default=None, validator=_seconds(optional=True))
-    reap_interval: float = attrs.field(default=30.0, validator=_seconds())
+    reap_interval: float = attrs.field(default=DEFAULT_REAP_INTERVAL, validator=_seconds())
     drain_timeout: float = attrs.field(default=30.0, validator=_seconds(allow_zero=True))
+    job_timeout: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     max_payload_bytes: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_int_between(MIN_PAYLOAD_LIMIT, MAX_PAYLOAD_LIMIT))
     log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
 
@@ -354,8 +379,8 @@ class Settings:
         names = [field.name for field in attrs.fields(cls)]
         values: dict[str, Any] = {}
         for name in names:
-            raw = environ.get(env_name(name))
-            if raw is not None and raw.strip() != "":
+            raw = unset_if_blank(environ.get(env_name(name)))
+            if raw is not None:
                 values[name] = _parse_env(cls, name, raw.strip())
         for name, value in (overrides or {}).items():
             if name not in names:

@@ -27,6 +27,7 @@ SETTINGS_VARIABLES = (
     "TETHER_HEARTBEAT_INTERVAL",
     "TETHER_REAP_INTERVAL",
     "TETHER_DRAIN_TIMEOUT",
+    "TETHER_JOB_TIMEOUT",
     "TETHER_MAX_PAYLOAD_BYTES",
     "TETHER_LOG_LEVEL",
     "TETHER_APP",
@@ -140,6 +141,12 @@ BAD_INPUT = [
     (
         ["worker", "--app", "tether.testing:fake_app", "--until-idle", "--drain-timeout", "1e300"],
         "drain_timeout (--drain-timeout, TETHER_DRAIN_TIMEOUT): must be at most 3,155,760,000 seconds (100 years)",
+    ),
+    (["worker", "--app", "json:dumps", "--job-timeout", "0"], "job_timeout (--job-timeout, TETHER_JOB_TIMEOUT): must be > 0 seconds, got 0.0"),
+    (["worker", "--app", "json:dumps", "--job-timeout", "inf"], "job_timeout (--job-timeout, TETHER_JOB_TIMEOUT): must be a finite number of seconds, got inf"),
+    (
+        ["worker", "--app", "json:dumps", "--job-timeout", "soon"],
+        "job_timeout (--job-timeout, TETHER_JOB_TIMEOUT): must be a number of seconds, got 'soon'",
     ),
     (["worker", "--app", "json:nothing"], "--app: 'json' has no attribute 'nothing'"),
     (["worker", "--app", "json:dumps"], "--app: calling json:dumps() failed: TypeError"),
@@ -656,13 +663,20 @@ def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.
 
     monkeypatch.setattr(Tether, "worker", recording)
     try:
-        assert cli("worker", "--app", "prefetch_app_for_cli_test:app", "--prefetch", "7", "-c", "3", "--until-idle").exit_code == 0
+        assert cli(
+            "worker", "--app", "prefetch_app_for_cli_test:app", "--prefetch", "7", "-c", "3", "--job-timeout", "7.5",
+            "--until-idle",
+        ).exit_code == 0
         sys.modules.pop("prefetch_app_for_cli_test", None)  # the worker closed that app: import it afresh
         monkeypatch.setenv("TETHER_PREFETCH", "0")
         assert cli("worker", "--app", "prefetch_app_for_cli_test:app", "--until-idle").exit_code == 0
+        sys.modules.pop("prefetch_app_for_cli_test", None)
+        monkeypatch.setenv("TETHER_JOB_TIMEOUT", "90")
+        assert cli("worker", "--app", "prefetch_app_for_cli_test:app", "--until-idle").exit_code == 0
     finally:
         sys.modules.pop("prefetch_app_for_cli_test", None)
-    assert [(o["prefetch"], o["concurrency"]) for o in seen] == [(7, 3), (0, 4)]
+    assert [(o["prefetch"], o["concurrency"]) for o in seen] == [(7, 3), (0, 4), (0, 4)]
+    assert [o["job_timeout"] for o in seen] == [7.5, None, 90.0]
 
 
 @pytest.mark.parametrize("interrupted, code", [(True, 130), (False, 1)])

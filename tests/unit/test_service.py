@@ -495,9 +495,11 @@ def test_worker_arguments_are_validated(app: Tether) -> None:
 
 def test_worker_defaults(app: Tether) -> None:
     pool = app.worker(lease_timeout=90)
-    assert pool.heartbeat_interval == 30
+    assert pool.heartbeat_interval == 15  # a sixth of the lease
     assert pool.concurrency == 4 and pool.queues is None and pool.drain_timeout == 30
     other = app.worker()
+    # a crashed worker's job comes back within lease + reap interval (75 s), heartbeats every 10 s
+    assert (other.lease_timeout, other.heartbeat_interval, other.reap_interval) == (60, 10, 15)
     # hostname-pid-random: the suffix differs per start (C03)
     assert pool.worker_id != other.worker_id
     assert pool.worker_id.rsplit("-", 2)[:-1] == other.worker_id.rsplit("-", 2)[:-1]

@@ -11,7 +11,7 @@ def test_defaults() -> None:
     settings = Settings.load(environ={})
     assert settings.database_url == "sqlite:///tether.db"
     assert settings.redis_url is None and settings.dispatcher_kind == "polling"
-    assert settings.lease_timeout == 900.0
+    assert (settings.lease_timeout, settings.reap_interval) == (60.0, 15.0)
     assert settings.concurrency == 4
     assert settings.prefetch is None  # the pool's default: as many as concurrency
     assert Settings.load(environ={"TETHER_PREFETCH": "12"}).prefetch == 12
@@ -19,6 +19,8 @@ def test_defaults() -> None:
     assert settings.heartbeat_interval is None
     assert settings.log_level == "INFO"
     assert settings.max_payload_bytes == 65_536
+    assert settings.job_timeout is None  # no limit
+    assert Settings.load(environ={"TETHER_JOB_TIMEOUT": "2.5"}).job_timeout == 2.5
 
 
 def test_environment_beats_defaults_and_flags_beat_environment() -> None:
@@ -64,6 +66,8 @@ def test_environment_beats_defaults_and_flags_beat_environment() -> None:
         ({"lease_timeout": 30, "heartbeat_interval": 30}, "heartbeat_interval"),
         ({"reap_interval": 0}, "reap_interval"),
         ({"drain_timeout": -0.5}, "drain_timeout"),
+        ({"job_timeout": 0}, "job_timeout"),
+        ({"job_timeout": float("nan")}, "job_timeout"),
         ({"max_payload_bytes": 0}, "max_payload_bytes"),
         ({"max_payload_bytes": 1}, "max_payload_bytes"),  # below what Tether itself accepts ("{}")
         ({"log_level": "LOUD"}, "log_level"),

@@ -1,5 +1,6 @@
 """The worker pool's parts on their own, on memory + FakeClock: one heartbeat pass, the acquirer's
-room arithmetic, and the runner seam (the acquirer feeding a runner that is not the thread runner).
+room arithmetic, the runner seam (the acquirer feeding a runner that is not the thread runner), and
+one pass of the timeout watchdog.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from tether.entrypoints.worker.acquirer import Acquirer
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.heartbeats import Beat, Heartbeats
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.runner import Runner
 from tether.entrypoints.worker.stats import Counts, WorkerStats
+from tether.entrypoints.worker.timeouts import TIMEOUT_GRACE_SECONDS, TimeoutPass, Timeouts
 
 from tests.conftest import wait_for
 
@@ -77,7 +80,8 @@ def make_acquirer(
 
 def test_the_package_re_exports_what_was_imported_from_the_worker_module() -> None:
     for name in ("WorkerPool", "WorkerStats", "default_worker_id", "ACQUIRE_BACKOFF", "LEASE_COALESCE_SECONDS",
-                 "PREFETCH_EMA_WEIGHT", "PREFETCH_HORIZON", "RUN_POLL_SECONDS", "WRITE_RETRY_SECONDS"):
+                 "PREFETCH_EMA_WEIGHT", "PREFETCH_HORIZON", "RUN_POLL_SECONDS", "WRITE_RETRY_SECONDS",
+                 "TIMEOUT_CHECK_SECONDS", "TIMEOUT_GRACE_SECONDS"):
         assert name in worker_package.__all__ and getattr(worker_package, name) is not None
     assert tether.WorkerPool is worker_package.WorkerPool
     assert worker_package.WorkerStats is WorkerStats
@@ -142,3 +146,61 @@ def test_the_acquirer_leases_for_any_runner_and_holds_what_it_hands_over() -> No
         acquirer.interrupt()
         acquirer.join(5.0)
     assert not released
+
+
+class RecordingSlots:
+    """Stands in for the thread runner: records the handlers that passed their limit."""
+
+    def __init__(self) -> None:
+        self.timed_out: list[HeldJob] = []
+        self.added = 0
+
+    def time_out(self, entry: HeldJob) -> bool:
+        self.timed_out.append(entry)
+        return True
+
+    def add_thread(self) -> None:
+        self.added += 1
+
+
+def test_one_timeout_pass_cancels_at_the_limit_and_writes_the_failure_at_the_hard_bound() -> None:
+    repo, clock = InMemoryJobRepository(), FakeClock()
+    jobs = leased(repo, clock, 3)
+    held = HeldJobs()
+    entries = [held_entry(repo, clock, job) for job in jobs]
+    with held.lock:
+        held.add(entries)
+    counts = Counts(held.lock)
+    completions = CompletionBatcher(repo, clock)
+    outcomes = Outcomes(held=held, counts=counts, completions=completions, dispatcher=PollingDispatcher(repo, clock),
+                        clock=clock, worker_id="w", ratelog=RateLimitedLog(acquirer_module.logger))
+    watchdog = Timeouts(held=held, counts=counts, outcomes=outcomes, handlers={}, repository=repo, clock=clock,
+                        retry_policy=tether.RetryPolicy(), worker_id="w")
+    slots = watchdog.slots = RecordingSlots()
+    try:
+        watchdog.stop()  # no watchdog thread: the test makes the passes itself
+        for entry in entries:
+            watchdog.watch(entry, 10.0)
+        start = entries[0].deadline - 10.0
+        hard = 10.0 + 2 * TIMEOUT_GRACE_SECONDS
+        assert outcomes.begin_finish(entries[1])  # returned in time: its thread writes its outcome
+        assert watchdog.check_once(start + 9.9) == TimeoutPass(watched=2)
+        assert watchdog.check_once(start + 10.1) == TimeoutPass(timed_out=2, watched=2)
+        assert slots.timed_out == [entries[0], entries[2]] and slots.added == 2
+        assert entries[0].ctx.cancelled and entries[0].timed_out and not entries[1].ctx.cancelled
+        assert not outcomes.begin_finish(entries[2])  # returned late: only the timeout may be written
+        assert watchdog.settle(entries[2], drop=False)  # ... by its thread, which then drops it itself
+        assert repo.get(jobs[2].id).last_error == "JobTimeout: timed out after 10 s"
+        assert watchdog.check_once(start + hard - 0.1) == TimeoutPass(watched=1)
+        assert repo.get(jobs[0].id).status is tether.JobStatus.RUNNING  # its lease held until the hard bound
+        assert watchdog.check_once(start + hard + 0.1) == TimeoutPass(expired=1, watched=0)
+        failed = repo.get(jobs[0].id)
+        assert (failed.status, failed.attempts, failed.last_error) == (
+            tether.JobStatus.RETRYING, 1, "JobTimeout: timed out after 10 s"
+        )
+        assert entries[0].settled and not watchdog.settle(entries[0], drop=False)  # the thread finds it written
+        with held.lock:
+            assert set(held.by_id) == {jobs[1].id, jobs[2].id}  # the watchdog stopped holding job 0 only
+        assert counts.snapshot(reaped=0).timed_out == 2 and counts.snapshot(reaped=0).failed == 2
+    finally:
+        completions.close()

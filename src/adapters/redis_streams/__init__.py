@@ -18,6 +18,9 @@ the order a job meets them:
   pending by dead consumers.
 * **Sweep** (:mod:`.sweeper`): one process per interval re-publishes the due jobs nobody took, so a
   lost, trimmed or reclaimed entry costs latency, never a job.
+* **Group members** (:mod:`.members`): a process that closes cleanly deletes its consumer where it
+  has nothing pending, and consumers idle for an hour with nothing pending are pruned, so the
+  group does not keep one consumer per process ever started.
 * **Degraded mode** (:mod:`.health`): after a Redis error the dispatcher backs off with a
   rate-limited log; meanwhile workers lease straight from the database and ``notify`` skips
   publishing.  ``NOGROUP`` recreates the group; on a Redis Cluster (:mod:`.cluster`) the master

@@ -39,6 +39,7 @@ from tether.adapters.redis_streams.connection import RedisConnection
 from tether.adapters.redis_streams.consumer import StreamConsumer
 from tether.adapters.redis_streams.health import RedisHealth, is_nogroup
 from tether.adapters.redis_streams.keys import StreamKeys
+from tether.adapters.redis_streams.members import GroupMembers
 from tether.adapters.redis_streams.publisher import Publisher
 from tether.adapters.redis_streams.reclaimer import Reclaimer
 from tether.adapters.redis_streams.settings import StreamSettings
@@ -129,8 +130,10 @@ class RedisStreamsDispatcher(Dispatcher):
         self._acks = Acknowledger(settings, self._connection, self._health)
         self._reclaimer = Reclaimer(settings, self._connection, self._acks, repository, clock, limited_log)
         self._stream_consumer = StreamConsumer(settings, self._connection, self._acks, self._reclaimer, repository, clock)
+        self._members = GroupMembers(settings, self._connection)
         self._sweeper = Sweeper(
-            settings, self._connection, self._health, self._publisher, self._acks, self._reclaimer, repository, clock, limited_log
+            settings, self._connection, self._health, self._publisher, self._acks, self._reclaimer, self._members,
+            repository, clock, limited_log,
         )
         # per queue selection: a read filled ``limit``, so lease straight from the repository first
         self._backlog: dict[tuple[str, ...] | None, bool] = {}
@@ -297,11 +300,19 @@ class RedisStreamsDispatcher(Dispatcher):
         self._stream_consumer.wake()
 
     def close(self) -> None:
-        """Wake blocked readers and close every connection; the dispatcher is unusable afterwards."""
+        """Wake blocked readers, leave the group where this consumer has nothing pending (see
+        :mod:`~tether.adapters.redis_streams.members`), and close every connection; the dispatcher
+        is unusable afterwards."""
         self._acks.flush()
         self._connection.closed = True
         self._acks.stop()
         self.wake()
+        if not self._health.is_down():
+            try:
+                queues = self._publisher.known_queues()
+            except redis.RedisError:
+                queues = set()
+            self._members.leave(queues)
         self._health.close()
         self._connection.close()
 

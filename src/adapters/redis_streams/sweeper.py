@@ -15,6 +15,8 @@ because the sweep finds every due job in the repository.
   once per ``sweep_interval`` however many workers sweep (``SET {prefix}:swept:<id> 1 NX PX
   <interval>``).  It also puts every job falling due before the next pass on this process's timer,
   so a job whose enqueuer kept no timer (the CLI, a process that exited) is published when due.
+* **Consumers left behind** by processes long gone are pruned in a pass at most once per
+  :data:`~.members.PRUNE_INTERVAL` per process (:meth:`~.members.GroupMembers.maybe_prune`).
 * **Lagging queues**: a queue whose stream still holds entries not yet delivered to the group (its
   ``last-generated-id`` is past the group's ``last-delivered-id``) is skipped that round: its
   consumers are behind, and re-publishing would only add duplicates; once they catch up, anything
@@ -37,6 +39,7 @@ from tether.adapters.redis_streams.acknowledger import Acknowledger
 from tether.adapters.redis_streams.connection import RedisConnection
 from tether.adapters.redis_streams.health import RedisHealth
 from tether.adapters.redis_streams.keys import is_valid_queue
+from tether.adapters.redis_streams.members import GroupMembers
 from tether.adapters.redis_streams.publisher import Publisher
 from tether.adapters.redis_streams.reclaimer import Reclaimer
 from tether.adapters.redis_streams.settings import StreamSettings
@@ -77,6 +80,7 @@ class Sweeper:
         publisher: re-publishes, keeps the timer, knows the queues.
         acks: its deferred acknowledgements are sent by every upkeep.
         reclaimer: claims dead consumers' entries at the start of a pass.
+        members: prunes the consumers left behind, in a pass now and then.
         repository: where due jobs are read.
         clock: supplies ``now`` for the cadence's passes.
         limited_log: the dispatcher's rate-limited log (key ``"error"``).
@@ -90,11 +94,13 @@ class Sweeper:
         publisher: Publisher,
         acks: Acknowledger,
         reclaimer: Reclaimer,
+        members: GroupMembers,
         repository: JobRepository,
         clock: Clock,
         limited_log: RateLimitedLog,
     ) -> None:
         self._connection = connection
+        self._members = members
         self._health = health
         self._publisher = publisher
         self._acks = acks
@@ -142,6 +148,7 @@ class Sweeper:
                 queues = self._publisher.known_queues(refresh=True)
                 self._reclaimer.reclaim_once(queues)
                 self.sweep_once(queues, now)
+                self._members.maybe_prune(queues)
             self._health.record_success()
         except redis.RedisError as exc:
             self._health.record_failure(exc)

@@ -17,6 +17,7 @@ from tether.domain.errors import ServiceUnavailable, TetherError, ValidationErro
 from tether.domain.wording import with_article
 from tether.entrypoints.cli.options import SECONDS, load_settings, setting_option
 from tether.entrypoints.cli.values import FlagNamingCommand, integer, option_label
+from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE
 
 if TYPE_CHECKING:
     from tether.entrypoints.service import Tether
@@ -113,19 +114,35 @@ def worker(
     ] = None,
     lease_timeout: Annotated[
         float | None,
-        setting_option("lease_timeout", "Seconds a lease lasts without a heartbeat. [default: 900]", **SECONDS),
+        setting_option(
+            "lease_timeout", f"Seconds a lease lasts without a heartbeat. [default: {DEFAULT_LEASE_TIMEOUT:g}]", **SECONDS
+        ),
     ] = None,
     heartbeat_interval: Annotated[
         float | None,
-        setting_option("heartbeat_interval", "Seconds between lease heartbeats. [default: lease timeout / 3]", **SECONDS),
+        setting_option(
+            "heartbeat_interval",
+            f"Seconds between lease heartbeats. [default: lease timeout / {HEARTBEATS_PER_LEASE}]",
+            **SECONDS,
+        ),
     ] = None,
     reap_interval: Annotated[
-        float | None, setting_option("reap_interval", "Seconds between reaper passes. [default: 30]", **SECONDS)
+        float | None,
+        setting_option("reap_interval", f"Seconds between reaper passes. [default: {DEFAULT_REAP_INTERVAL:g}]", **SECONDS),
     ] = None,
     drain_timeout: Annotated[
         float | None,
         setting_option(
             "drain_timeout", "On SIGINT/SIGTERM, seconds to let running jobs finish before releasing them. [default: 30]",
+            **SECONDS,
+        ),
+    ] = None,
+    job_timeout: Annotated[
+        float | None,
+        setting_option(
+            "job_timeout",
+            "Seconds a handler may run (unless registered with its own timeout); past it the job fails with "
+            "JobTimeout. [default: no limit]",
             **SECONDS,
         ),
     ] = None,
@@ -152,6 +169,7 @@ def worker(
         heartbeat_interval=heartbeat_interval,
         reap_interval=reap_interval,
         drain_timeout=drain_timeout,
+        job_timeout=job_timeout,
         log_level=log_level,
     )
     _configure_logging(settings.log_level)
@@ -168,6 +186,7 @@ def worker(
             heartbeat_interval=settings.heartbeat_interval,
             reap_interval=settings.reap_interval,
             drain_timeout=settings.drain_timeout,
+            job_timeout=settings.job_timeout,
             worker_id=worker_id,
         )
         logging.getLogger("tether.cli").info(

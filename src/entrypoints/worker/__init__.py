@@ -29,14 +29,18 @@ module that owns its thread and its state.  How one job passes between them:
    straight from the repository the same round trip leases the next jobs for the free slots
    (``complete_and_lease``), and the acquirer waits while such a flush is pending.  Each job's
    outcome is recorded only after its write returned; only then does the pool stop holding it.
-5. **Meanwhile** (:mod:`.heartbeats`, thread ``tether-heartbeat``): every
+5. **Time limits** (:mod:`.timeouts`, thread ``tether-timeouts``, started by the first job whose
+   handler has a limit): a handler past its ``timeout`` (or the pool's ``job_timeout``) has its
+   context cancelled and its slot given to a new thread; the attempt keeps its lease until the
+   handler returns or a hard bound passes, then fails with ``JobTimeout``.
+6. **Meanwhile** (:mod:`.heartbeats`, thread ``tether-heartbeat``): every
    ``heartbeat_interval`` seconds each held lease is extended to ``now + lease_timeout`` (jobs
    running, prefetched, or waiting for their completion to be written); a refused heartbeat
    cancels that job's context.  After each pass the same thread refreshes the pool's entry in the
    worker registry (:mod:`.presence`: recorded at start, removed at a clean stop; information
    only).  The reaper runs every ``reap_interval`` seconds with the
    dispatcher's upkeep (``tether-maintenance``, :mod:`tether.entrypoints.maintenance`).
-6. **Shutdown** (:mod:`.shutdown`; :meth:`WorkerPool.stop`, or SIGINT/SIGTERM under
+7. **Shutdown** (:mod:`.shutdown`; :meth:`WorkerPool.stop`, or SIGINT/SIGTERM under
    :meth:`WorkerPool.run`): no lease is taken after the request; prefetched jobs, and jobs a
    lease query returned at that very moment, are released unstarted at once; held jobs get
    ``drain_timeout`` seconds to finish, then their contexts are cancelled and their jobs released
@@ -66,6 +70,7 @@ from tether.entrypoints.worker.outcomes import WRITE_RETRY_SECONDS
 from tether.entrypoints.worker.pool import RUN_POLL_SECONDS, WorkerPool, default_worker_id
 from tether.entrypoints.worker.runner import PREFETCH_EMA_WEIGHT
 from tether.entrypoints.worker.stats import WorkerStats
+from tether.entrypoints.worker.timeouts import TIMEOUT_CHECK_SECONDS, TIMEOUT_GRACE_SECONDS
 
 __all__ = [
     "ACQUIRE_BACKOFF",
@@ -73,6 +78,8 @@ __all__ = [
     "PREFETCH_EMA_WEIGHT",
     "PREFETCH_HORIZON",
     "RUN_POLL_SECONDS",
+    "TIMEOUT_CHECK_SECONDS",
+    "TIMEOUT_GRACE_SECONDS",
     "WRITE_RETRY_SECONDS",
     "WorkerPool",
     "WorkerStats",

@@ -10,6 +10,7 @@ room the held jobs leave.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 
@@ -25,10 +26,24 @@ class HeldJob:
         ctx: its :class:`JobContext` (the handler's view; ``ctx.job`` follows the heartbeats).
         token: the lease token every write on the job is fenced by.
         lock: serialises the writes on this lease (outcome, heartbeat, release).
-        finishing: the handler returned; its outcome is being written.
+        finishing: its outcome is being written (by its handler's thread, or, for a timeout, by
+            whoever claimed it first).
         released: handed back at shutdown; nothing more is written for it.
         lost_counted: a ``LeaseLost`` for this lease is in the stats already.
         deferred: its completion is with the batcher, which finishes the entry.
+        handler_returned: its handler returned (or raised); it can no longer time out.
+
+    Set only for a job whose handler has a time limit (:mod:`.timeouts`):
+
+    Attributes:
+        timeout: the limit, in seconds (None: no limit).
+        deadline: ``time.monotonic()`` when the limit passes (infinity: no limit).
+        timed_out: the limit passed while the handler ran: its context is cancelled, and only a
+            ``JobTimeout`` failure may be written for this attempt.
+        replaced: its thread's slot was given to a replacement thread; the thread ends once the
+            handler returns.
+        settled: the timeout's failure was written (or given up) by the watchdog or shutdown,
+            which no longer hold the job; its thread must not finish it again.
     """
 
     def __init__(self, job: Job, ctx: JobContext) -> None:
@@ -40,6 +55,12 @@ class HeldJob:
         self.released = False
         self.lost_counted = False
         self.deferred = False
+        self.handler_returned = False
+        self.timeout: float | None = None
+        self.deadline = math.inf
+        self.timed_out = False
+        self.replaced = False
+        self.settled = False
 
 
 class HeldJobs:

@@ -6,7 +6,8 @@ gives it the pool's rules for one held job (:meth:`Outcomes.writer`):
 
 - **whether to write at all** (:meth:`Outcomes.begin_finish`): not for a job released at shutdown,
   nor once its lease is known lost (a ``LeaseLost`` seen by the handler's own ``ctx.heartbeat()``
-  is counted here, once);
+  is counted here, once), nor for a handler past its time limit (:mod:`.timeouts` writes its
+  ``JobTimeout`` failure instead: a late completion is never recorded);
 - **completions go to the batcher** (:mod:`tether.entrypoints.worker.completions`): the same
   fenced write, in one ``complete_many`` with the other threads' completions.  The job stays held
   (and heartbeated) until its write returned; only then is it counted (:meth:`Outcomes.completed`)
@@ -130,12 +131,15 @@ class Outcomes:
                           self._worker_id, entry.job.job_type)
 
     def begin_finish(self, entry: HeldJob) -> bool:
-        """Claim the right to write the job's outcome; False if shutdown released it or the lease is lost."""
+        """The handler returned: claim the right to write the job's outcome; False if shutdown
+        released it, the lease is lost, or its time limit passed (only the ``JobTimeout`` failure
+        is written then, see :mod:`.timeouts`).  From here on the job can no longer time out."""
         with entry.lock:
+            entry.handler_returned = True
             if entry.ctx.lease_lost and not entry.lost_counted:  # the handler's own ctx.heartbeat() was refused
                 entry.lost_counted = True
                 self._counts.count("lease_lost")
-            if entry.released or entry.ctx.lease_lost:
+            if entry.released or entry.timed_out or entry.ctx.lease_lost:
                 return False
             entry.finishing = True
             return True

@@ -25,6 +25,7 @@ from tether.domain.retry import RetryPolicy
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
 from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
+from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE
 from tether.entrypoints.worker.acquirer import Acquirer
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.heartbeats import Heartbeats
@@ -34,6 +35,7 @@ from tether.entrypoints.worker.presence import Presence
 from tether.entrypoints.worker.runner import ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
 from tether.entrypoints.worker.stats import Counts, WorkerStats
+from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -60,9 +62,10 @@ class WorkerPool:
         retry_policy: backoff of failed attempts.
         concurrency: handler threads (1-1024).
         queues: queue names to take jobs from, or None for all queues.
-        lease_timeout: seconds a lease lasts without a heartbeat (> 0).
+        lease_timeout: seconds a lease lasts without a heartbeat (> 0; default 60: a job of a
+            worker that died runs again within about ``lease_timeout + reap_interval``).
         heartbeat_interval: seconds between heartbeats (> 0, < lease_timeout); default
-            ``lease_timeout / 3``.
+            ``lease_timeout / 6`` (:data:`~tether.entrypoints.settings.HEARTBEATS_PER_LEASE`).
         reap_interval: seconds between reaper passes (> 0).
         drain_timeout: seconds in-flight jobs get to finish at shutdown (>= 0).
         worker_id: 1-200 printable characters; default :func:`default_worker_id`.
@@ -73,6 +76,10 @@ class WorkerPool:
             heartbeated like a running one, and released unstarted at shutdown.
         registry: where the pool records itself while it runs (see :mod:`.presence`): at start,
             at every heartbeat, removed at a clean stop; None records nothing.
+        job_timeout: seconds a handler registered without a ``timeout`` may run (a finite number
+            > 0), or None for no limit.  Past it the job's context is cancelled, a new thread
+            takes the slot, and the attempt fails with :class:`~tether.domain.errors.JobTimeout`
+            (see :mod:`tether.entrypoints.worker.timeouts`).
 
     Raises:
         ValidationError: naming the bad argument.
@@ -88,14 +95,15 @@ class WorkerPool:
         retry_policy: RetryPolicy | None = None,
         concurrency: int = 4,
         queues: Sequence[str] | None = None,
-        lease_timeout: float = 900.0,
+        lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
         heartbeat_interval: float | None = None,
-        reap_interval: float = 30.0,
+        reap_interval: float = DEFAULT_REAP_INTERVAL,
         drain_timeout: float = 30.0,
         worker_id: str | None = None,
         max_wait: float = 1.0,
         prefetch: int | None = None,
         registry: WorkerRegistry | None = None,
+        job_timeout: float | None = None,
     ) -> None:
         self.repository = repository
         self.dispatcher = dispatcher
@@ -110,7 +118,7 @@ class WorkerPool:
         self.queues: list[str] | None = queues
         self.lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         if heartbeat_interval is None:
-            heartbeat_interval = self.lease_timeout / 3
+            heartbeat_interval = self.lease_timeout / HEARTBEATS_PER_LEASE
         self.heartbeat_interval = validate_seconds(heartbeat_interval, "heartbeat_interval", allow_zero=False)
         if self.heartbeat_interval >= self.lease_timeout:
             raise ValidationError(
@@ -121,6 +129,7 @@ class WorkerPool:
         self.max_wait = validate_seconds(max_wait, "max_wait")
         self.worker_id = validate_worker_id(worker_id) if worker_id is not None else default_worker_id()
         self.prefetch = self.concurrency if prefetch is None else validate_int(prefetch, "prefetch", 0, 1024)
+        self.job_timeout = None if job_timeout is None else validate_seconds(job_timeout, "job_timeout", allow_zero=False)
 
         self._started = False
         self._stopped = False
@@ -133,13 +142,19 @@ class WorkerPool:
             held=held, counts=counts, completions=completions, dispatcher=dispatcher, clock=clock,
             worker_id=self.worker_id, ratelog=ratelog,
         )
+        self._timeouts = timeouts = Timeouts(
+            held=held, counts=counts, outcomes=outcomes, handlers=handlers, repository=repository, clock=clock,
+            retry_policy=self.retry_policy, worker_id=self.worker_id,
+        )
         self._runner = runner = ThreadRunner(
             held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
             clock=clock, retry_policy=self.retry_policy, concurrency=self.concurrency, worker_id=self.worker_id,
+            timeouts=timeouts, job_timeout=self.job_timeout,
         )
+        timeouts.slots = runner
         self._shutdown = shutdown = Shutdown(
             held=held, counts=counts, runner=runner, repository=repository, dispatcher=dispatcher, clock=clock,
-            worker_id=self.worker_id, ratelog=ratelog,
+            worker_id=self.worker_id, ratelog=ratelog, timeouts=timeouts,
         )
         self._acquirer = acquirer = Acquirer(
             held=held, runner=runner, completions=completions, repository=repository, dispatcher=dispatcher,
@@ -195,9 +210,11 @@ class WorkerPool:
                 raise RuntimeError("this WorkerPool was already started; build a new one with app.worker()")
             self._started = True
         logger.info(
-            "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s",
+            "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s, "
+            "job timeout %s",
             self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
+            "none" if self.job_timeout is None else f"{self.job_timeout:g} s",
         )
         self._presence.announce()
         self._completions.start()
@@ -231,6 +248,7 @@ class WorkerPool:
         self._shutdown.release_prefetched()
         self._shutdown.drain(deadline=deadline, drain_timeout=drain, first_signals=first_signals)
         self._runner.stop()
+        self._timeouts.stop()
         self._heartbeats.stop()
         self._maintenance.stop()
         # Handler threads whose job was released may still be inside a handler that ignores
@@ -238,6 +256,7 @@ class WorkerPool:
         self._runner.join(deadline=time.monotonic() + 1.0)
         self._heartbeats.join(5.0)
         self._presence.withdraw()
+        self._timeouts.join(5.0)
         self._completions.close()
         stats = self.stats
         logger.info("worker %s stopped: %s", self.worker_id, stats)

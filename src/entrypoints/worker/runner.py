@@ -15,6 +15,11 @@ the inbox, held and heartbeated like running ones.  A thread is free once its ha
 even while the job's completion waits in the batcher (the job stays held until its write
 returned), so leasing the next jobs overlaps with writing.  One job's error, whatever it is, never
 ends the thread (case C18).
+
+A handler past its time limit (:mod:`.timeouts`) gives its slot to a new thread
+(:meth:`ThreadRunner.time_out`, :meth:`ThreadRunner.add_thread`); its own thread ends once the
+handler returns.  The threads that read the inbox are always ``concurrency``: a replacement
+starts as the timed-out thread stops counting.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.outcomes import Outcomes
+from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
 from tether.ports.repository import JobRepository
 
@@ -92,6 +98,8 @@ class ThreadRunner(Runner):
         repository, clock, retry_policy: as for :func:`~tether.entrypoints.execution.execute_job`.
         concurrency: threads (1-1024, checked by the pool).
         worker_id: for logs and error texts.
+        timeouts: the pool's watchdog, told of every job whose handler has a time limit.
+        job_timeout: the limit of handlers registered without one, in seconds, or None.
     """
 
     def __init__(
@@ -106,6 +114,8 @@ class ThreadRunner(Runner):
         retry_policy: RetryPolicy,
         concurrency: int,
         worker_id: str,
+        timeouts: Timeouts,
+        job_timeout: float | None = None,
     ) -> None:
         self.slots = concurrency
         self.handler_seconds: float | None = None
@@ -118,7 +128,11 @@ class ThreadRunner(Runner):
         self._clock = clock
         self._retry_policy = retry_policy
         self._worker_id = worker_id
+        self._timeouts = timeouts
+        self._job_timeout = job_timeout
         self._active = 0  # jobs handed to the threads whose handler has not returned (running or waiting)
+        self._abandoned = 0  # threads in a handler past its limit whose slot went to a new thread
+        self._unreplaced: list[HeldJob] = []  # timed-out jobs whose thread keeps its slot: no leases meanwhile
         self._inbox: queue_module.SimpleQueue[HeldJob | None] = queue_module.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._run, name=f"tether-worker-{i}", daemon=True) for i in range(concurrency)
@@ -126,7 +140,8 @@ class ThreadRunner(Runner):
 
     # -- Runner ------------------------------------------------------------------------------
     def free_slots(self) -> int:
-        return self.slots - self._active
+        free = self.slots - self._active
+        return min(free, 0) if self._unreplaced else free
 
     def submit(self, entries: Sequence[HeldJob]) -> None:
         self._active += len(entries)
@@ -155,14 +170,77 @@ class ThreadRunner(Runner):
 
     def stop(self) -> None:
         """Ask every thread to end once the jobs queued before this call are done."""
-        for _ in self._threads:
+        for _ in range(self.slots):  # the threads that read the inbox (abandoned ones end by themselves)
             self._inbox.put(None)
 
     def join(self, deadline: float) -> None:
         """Wait for the threads until ``deadline`` (``time.monotonic()``); a thread still inside
         a handler that ignores cancellation is a daemon and is left behind."""
-        for thread in self._threads:
+        for thread in list(self._threads):
             thread.join(max(deadline - time.monotonic(), 0.0))
+
+    # -- timeouts (see :mod:`.timeouts`) -----------------------------------------------------
+    def time_out(self, entry: HeldJob) -> bool:
+        """The handler of ``entry`` passed its limit (called with ``entry.lock`` held, so its
+        thread, which takes that lock as the handler returns, sees this done).  Its slot goes to
+        a new thread unless ``concurrency`` threads are abandoned already; then the thread keeps
+        its slot and the pool leases nothing until one of them returns.  True: call
+        :meth:`add_thread`."""
+        with self._lock:
+            if self._abandoned < self.slots:
+                self._abandoned += 1
+                entry.replaced = True
+                self._active -= 1
+                self._held.wake()
+                return True
+            self._unreplaced.append(entry)
+            return False
+
+    def add_thread(self) -> None:
+        """Start a thread for the slot a timed-out handler gave up."""
+        thread = threading.Thread(target=self._run, name=f"tether-worker-{len(self._threads)}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def abandoned(self) -> int:
+        """Threads still in a handler past its limit whose slot went to a new thread."""
+        with self._lock:
+            return self._abandoned
+
+    def _after_timeout(self, entry: HeldJob) -> bool:
+        """The handler of ``entry`` returned after its limit: write the ``JobTimeout`` failure
+        unless the watchdog did at the hard bound, and free what the job held.  True: this
+        thread's slot went to another thread, so it ends."""
+        if not self._timeouts.settle(entry, drop=False) and entry.settled:
+            logger.info(
+                "worker %s: job %s returned past the hard bound of its %g s limit; its attempt was written as "
+                "timed out already, so nothing of this run is recorded", self._worker_id, entry.job.id,
+                entry.timeout or 0.0,
+            )
+        start = False
+        with self._lock:
+            if not entry.settled:  # the watchdog finishes what it settled itself
+                self._held.drop(entry)
+            if entry.replaced:
+                self._abandoned -= 1
+                ends = True
+                if self._unreplaced:  # a thread kept its slot for want of room: it gets its replacement now
+                    waiting = self._unreplaced.pop(0)
+                    waiting.replaced = True
+                    self._abandoned += 1
+                    self._active -= 1
+                    start = True
+            else:
+                self._unreplaced.remove(entry)
+                self._active -= 1
+                ends = False
+            all_idle = self._active == 0
+            self._held.wake()
+        if start:
+            self.add_thread()
+        if all_idle:
+            self._completions.poke()
+        return ends
 
     def _run(self) -> None:
         while True:
@@ -170,15 +248,20 @@ class ThreadRunner(Runner):
             if entry is None:
                 return
             started = time.monotonic()
+            ends = False
             try:
                 self._process(entry)
             except BaseException:  # one job never kills the thread (C18)
                 logger.exception("worker %s: unexpected error while processing job %s", self._worker_id, entry.job.id)
+                with entry.lock:
+                    entry.handler_returned = True
             finally:
                 seconds = time.monotonic() - started
                 mean = self.handler_seconds  # a benign race: the mean only steers prefetching
                 self.handler_seconds = seconds if mean is None else mean + PREFETCH_EMA_WEIGHT * (seconds - mean)
-                if entry.deferred:  # the thread is free; the job stays held until its completion is written
+                if entry.timed_out:  # stable once the handler returned (see time_out)
+                    ends = self._after_timeout(entry)
+                elif entry.deferred:  # the thread is free; the job stays held until its completion is written
                     with self._lock:
                         self._active -= 1
                         all_idle = self._active == 0
@@ -187,10 +270,17 @@ class ThreadRunner(Runner):
                         self._completions.poke()
                 else:
                     self._finish(entry)
+            if ends:  # this thread's slot went to another thread
+                return
 
     def _process(self, entry: HeldJob) -> None:
         if entry.released:  # released at shutdown before this thread picked it up
             return
+        spec = self._handlers.get(entry.job.job_type)
+        if spec is not None:
+            timeout = spec.timeout if spec.timeout is not None else self._job_timeout
+            if timeout is not None:
+                self._timeouts.watch(entry, timeout)
         result = execute_job(
             entry.job, entry.ctx, handlers=self._handlers, repository=self._repository, clock=self._clock,
             retry_policy=self._retry_policy, writer=self._outcomes.writer(entry), worker_id=self._worker_id,

@@ -7,7 +7,8 @@ returned at that very moment, and jobs prefetched but not started yet
 ``drain_timeout`` seconds to finish (:meth:`Shutdown.drain`); past that their contexts are
 cancelled and their jobs released under the fence (``queued``, due now, lease cleared, the
 attempt given back) so another worker can lease them at once (case C16).  Whatever a released
-handler does afterwards is not recorded.
+handler does afterwards is not recorded.  A job whose handler already ran past its time limit is
+not released but written as timed out (:mod:`.timeouts`): its attempt did fail.
 
 A second SIGINT/SIGTERM ends the drain at once (one that came before the drain began too), as
 does a second :meth:`Shutdown.request_stop`; the release lines then say so
@@ -31,6 +32,7 @@ from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.outcomes import announce
 from tether.entrypoints.worker.runner import Runner
 from tether.entrypoints.worker.stats import Counts
+from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -48,6 +50,8 @@ class Shutdown:
         repository, dispatcher, clock: where jobs are released, who hears of them, and when.
         worker_id: for logs.
         ratelog: the pool's rate-limited log.
+        timeouts: the pool's watchdog, which writes the failure of a job past its time limit
+            instead of a release (None: no such job is ever released differently).
 
     Attributes:
         stop_requested: set by :meth:`request_stop` and at :meth:`begin`.
@@ -65,8 +69,10 @@ class Shutdown:
         clock: Clock,
         worker_id: str,
         ratelog: RateLimitedLog,
+        timeouts: Timeouts | None = None,
     ) -> None:
         self._held = held
+        self._timeouts = timeouts
         self._counts = counts
         self._runner = runner
         self._repository = repository
@@ -144,24 +150,31 @@ class Shutdown:
     # -- releases ----------------------------------------------------------------------------
     def release(self, entry: HeldJob, reason: str) -> None:
         """Cancel the handler of ``entry`` and hand its job back under the fence (``reason`` goes
-        to the log line); nothing is released when its outcome is being written already."""
+        to the log line); nothing is released when its outcome is being written already, and a
+        job past its time limit is written as timed out instead."""
         with entry.lock:
             if entry.finishing or entry.released:
                 return
-            entry.released = True
-            entry.ctx.cancel()
-            try:
-                released = self._repository.release(entry.job.id, entry.token, now=self._clock.now())
-            except LeaseLost:
-                self._counts.count("lease_lost")
-                logger.warning("worker %s: release of job %s refused: lease already lost", self._worker_id, entry.job.id)
-                return
-            except Exception:  # the reaper takes it back at lease expiry
-                logger.exception(
-                    "worker %s: could not release job %s; the reaper will take it back when its lease expires",
-                    self._worker_id, entry.job.id,
-                )
-                return
+            timed_out = entry.timed_out and self._timeouts is not None
+            if not timed_out:
+                entry.released = True
+                entry.ctx.cancel()
+                try:
+                    released = self._repository.release(entry.job.id, entry.token, now=self._clock.now())
+                except LeaseLost:
+                    self._counts.count("lease_lost")
+                    logger.warning("worker %s: release of job %s refused: lease already lost", self._worker_id, entry.job.id)
+                    return
+                except Exception:  # the reaper takes it back at lease expiry
+                    logger.exception(
+                        "worker %s: could not release job %s; the reaper will take it back when its lease expires",
+                        self._worker_id, entry.job.id,
+                    )
+                    return
+        if timed_out:  # its attempt failed: written as such, not given back
+            if self._timeouts is not None:
+                self._timeouts.settle(entry, drop=True)
+            return
         if released.status is JobStatus.CANCELLED:  # an operator cancelled it meanwhile: it ends here
             self._counts.count("cancelled")
             logger.warning("worker %s: %s; job %s was cancelled, recorded as cancelled", self._worker_id, reason, entry.job.id)

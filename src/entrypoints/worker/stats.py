@@ -28,6 +28,8 @@ class WorkerStats:
             while this pool ran them), whatever the handler did.
         snoozed: jobs given back by their handler's ``Snooze``.
         no_handler: jobs given back because this pool has no handler for their type.
+        timed_out: handlers that ran past their time limit (their attempts' failures are
+            counted in ``failed`` or ``dead`` too).
     """
 
     completed: int = 0
@@ -39,6 +41,7 @@ class WorkerStats:
     cancelled: int = 0
     snoozed: int = 0
     no_handler: int = 0
+    timed_out: int = 0
 
 
 #: Which :class:`WorkerStats` counter each recorded outcome of a handler bumps.
