@@ -213,8 +213,8 @@ class ThreadRunner(Runner):
         thread's slot went to another thread, so it ends."""
         if not self._timeouts.settle(entry, drop=False) and entry.settled:
             logger.info(
-                "worker %s: job %s returned past the hard bound of its %g s limit; its attempt was written as "
-                "timed out already, so nothing of this run is recorded", self._worker_id, entry.job.id,
+                "worker %s: job %s returned past the hard bound of its %g s limit (or after the pool's stop); its "
+                "attempt was written as timed out already, so nothing of this run is recorded", self._worker_id, entry.job.id,
                 entry.timeout or 0.0,
             )
         start = False
