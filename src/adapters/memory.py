@@ -245,7 +245,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                 for child in (2 * index + 1, 2 * index + 2):  # a heap's children are never better than it
                     if child < len(ready):
                         heapq.heappush(frontier, (ready[child], name, child))
-                if entry[2] not in seen and self._valid_ready(entry):
+                if entry[2] not in seen and self._valid_ready(entry) and self._jobs[entry[2]].is_due(now):
                     seen.add(entry[2])
                     due.append(self._jobs[entry[2]])
         return due
@@ -278,8 +278,10 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                 best_queue = ""
                 for name in names:
                     ready = self._ready.get(name)
-                    while ready and not self._valid_ready(ready[0]):
-                        heapq.heappop(ready)
+                    while ready and not (self._valid_ready(ready[0]) and self._jobs[ready[0][2]].is_due(now)):
+                        entry = heapq.heappop(ready)
+                        if self._valid_ready(entry):  # made due by a caller with a later now: waits again
+                            heapq.heappush(self._waiting.setdefault(name, []), (self._jobs[entry[2]].scheduled_at, entry[2]))
                     if ready and (best is None or ready[0] < best):
                         best, best_queue = ready[0], name
                 if best is None:

@@ -90,7 +90,7 @@ def test_demo_on_a_small_tree_ends_as_designed_and_is_idempotent(tmp_path: Path)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["files"] == 40
     assert summary["new_jobs"] == 40 and summary["known_jobs"] == 0
-    assert summary["counts"] == {"queued": 0, "running": 0, "retrying": 0, "completed": 37, "dead": 3}
+    assert summary["counts"] == {"queued": 0, "running": 0, "retrying": 0, "completed": 37, "dead": 3, "cancelled": 0}
     assert summary["retried_then_completed"] == 7
     assert summary["planned_dead"] == 3 and summary["dead_as_designed"] == 3
     assert summary["finished_this_run"] == 40

@@ -56,7 +56,8 @@ def test_demo_on_postgres_with_redis_dispatch(tmp_path: Path, pg_schema: str, re
     first = run_demo(tmp_path, *args)
     assert first.returncode == 0, first.stdout + first.stderr
     summary = json.loads((tmp_path / "tether-demo" / "summary.json").read_text())
-    assert summary["counts"] == {"queued": 0, "running": 0, "retrying": 0, "completed": 25 - expected_dead, "dead": expected_dead}
+    assert summary["counts"] == {"queued": 0, "running": 0, "retrying": 0, "completed": 25 - expected_dead, "dead": expected_dead,
+                                 "cancelled": 0}
     assert summary["new_jobs"] == 25
 
     second = run_demo(tmp_path, *args)
