@@ -137,12 +137,19 @@ def drain_through(disrupt: Callable[[], None], database: str, name: str, tmp_pat
             stream = dispatcher.keys.stream("default")
             with server.client() as client:
                 entries = [entry for entry, fields in client.xrange(stream) if fields.get("id") == str(probe.id)]
+                assert entries, "the probe job was never published to its stream"
                 groups = {g["name"]: g for g in client.xinfo_groups(stream)}
                 assert dispatcher.group in groups, f"consumer group {dispatcher.group!r} not recreated: {groups}"
+
+                # Read through the group by the worker's consumer.  Under load the pool may still
+                # have leased the probe from the database (a lease round that began while Redis
+                # was down), so wait for the group's read rather than sample it once.
+                def read_through_group() -> bool:
+                    group = {g["name"]: g for g in client.xinfo_groups(stream)}[dispatcher.group]
+                    return entry_key(group["last-delivered-id"]) >= entry_key(entries[0])
+
+                wait_for(read_through_group, timeout=30, what="the group to read the probe's entry")
                 consumers = {c["name"] for c in client.xinfo_consumers(stream, dispatcher.group)}
-            assert entries, "the probe job was never published to its stream"
-            delivered = groups[dispatcher.group]["last-delivered-id"]
-            assert entry_key(delivered) >= entry_key(entries[0]), (delivered, entries)  # read through the group
             assert dispatcher.consumer in consumers, consumers  # by the worker's consumer
         finally:
             producer.stop()
