@@ -65,3 +65,12 @@ def test_schedules_list_without_tables_is_one_line_and_exit_2(tmp_path: Path) ->
     result = cli("schedules", "list", "--database-url", f"sqlite:///{tmp_path / 'none.db'}")
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and "tether db init" in result.output
+
+
+def test_enqueue_with_a_key_in_the_reserved_namespace_is_one_line_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'jobs.db'}"
+    result = cli("enqueue", "reports.build", "--idempotency-key", "tether:tick:nightly:1", "--database-url", db)
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "idempotency" in result.output and "reserved" in result.output
+    with tether.connect(db) as app:
+        assert app.list() == []
