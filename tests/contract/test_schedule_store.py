@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.sqlalchemy import PostgresJobRepository, SqlAlchemyJobRepository, open_repository
-from tether.testing.contract import ScheduleStoreContract
+from tether.testing import ScheduleStoreContract
 
 from tests.postgres_fixtures import empty_tables, schema_name, temporary_repository
 

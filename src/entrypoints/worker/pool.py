@@ -229,10 +229,10 @@ class WorkerPool:
             self._started = True
         logger.info(
             "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s, "
-            "job timeout %s",
+            "job timeout %s, %d periodic schedule(s)",
             self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
-            "none" if self.job_timeout is None else f"{self.job_timeout:g} s",
+            "none" if self.job_timeout is None else f"{self.job_timeout:g} s", self._ticker.schedule_count,
         )
         self._presence.announce()
         self._completions.start()

@@ -107,6 +107,11 @@ class Ticker:
         self._marks: dict[str, datetime | None] = {}  # name -> the mark last read or written
         self.enqueued = 0  # ticks this pool enqueued
 
+    @property
+    def schedule_count(self) -> int:
+        """How many schedules this pool ticks (0 without a schedule store)."""
+        return 0 if self._store is None else len(self._schedules)
+
     # -- one pass each -----------------------------------------------------------------------
     def declare_once(self) -> DeclarePass:
         """Record every schedule, cancel the queued future ticks of changed and undeclared ones.

@@ -175,6 +175,28 @@ class ScheduleStoreContract:
         assert caught.value.field == "now"
         assert store.list_schedules(now=clock.now()) == []
 
+    def test_concurrent_first_declarations_store_one_row(self, store: Any, clock: FakeClock) -> None:
+        errors: list[BaseException] = []
+        befores: list[ScheduleState | None] = []
+        barrier = threading.Barrier(4)
+
+        def declare(worker: int) -> None:
+            try:
+                barrier.wait(10)
+                befores.append(store.record_schedule(declared(clock, declared_by=f"w{worker}"), now=clock.now()))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=declare, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not errors
+        assert sum(1 for b in befores if b is None) == 1  # exactly one declaration found it new
+        [state] = store.list_schedules(now=clock.now())
+        assert state.last_tick_at is None and state.fingerprint == "f1"
+
     def test_concurrent_tickers_enqueue_each_tick_once(self, store: Any, clock: FakeClock) -> None:
         store.record_schedule(declared(clock), now=clock.now())
         ticks = [clock.now() + timedelta(seconds=s) for s in range(1, 9)]
