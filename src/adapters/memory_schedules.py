@@ -30,7 +30,7 @@ class MemorySchedules(ScheduleStore):
     _schedules: dict[str, ScheduleState]
     _insert: Callable[..., EnqueueResult]
 
-    def record_schedule(self, state: ScheduleState, *, now: datetime) -> ScheduleState | None:
+    def record_schedule(self, state: ScheduleState, *, now: datetime, redefine: bool = True) -> ScheduleState | None:
         now = ensure_utc(now, "now")
         state = attrs.evolve(
             state,
@@ -44,6 +44,11 @@ class MemorySchedules(ScheduleStore):
             before = self._schedules.get(state.name)
             if before is None:
                 self._schedules[state.name] = attrs.evolve(state, last_tick_at=None, last_job_id=None)
+            elif before.fingerprint != state.fingerprint and not redefine:
+                self._schedules[state.name] = attrs.evolve(
+                    before, declared_by=state.declared_by, declared_at=state.declared_at,
+                    declared_until=state.declared_until, last_job_status=None, live=True,
+                )
             else:
                 mark = now if before.fingerprint != state.fingerprint else before.last_tick_at
                 self._schedules[state.name] = attrs.evolve(state, last_tick_at=mark, last_job_id=before.last_job_id)

@@ -22,13 +22,17 @@ from tether.domain.schedules import ScheduleState
 class ScheduleStore(Protocol):
     """Stores one :class:`~tether.domain.schedules.ScheduleState` per schedule name."""
 
-    def record_schedule(self, state: ScheduleState, *, now: datetime) -> ScheduleState | None:
+    def record_schedule(self, state: ScheduleState, *, now: datetime, redefine: bool = True) -> ScheduleState | None:
         """Declare a schedule: store its definition and declaration fields (``job_type``,
         ``queue``, ``spec``, ``tz``, ``fingerprint``, ``next_tick_at``, ``declared_by``,
         ``declared_at``, ``declared_until``), inserting the row with no mark when there is none.
         The mark (``last_tick_at``, ``last_job_id``) is kept, except that a different
         ``fingerprint`` (a changed definition) sets ``last_tick_at`` to ``now`` (aware UTC): the
         new definition starts afresh, and no tick of the old one is caught up.
+
+        With ``redefine`` False (a running pool's refresh) and a different stored fingerprint,
+        only ``declared_by``, ``declared_at`` and ``declared_until`` are written: the definition
+        declared last by a starting pool stays, and so does the mark.
 
         Returns:
             the row as it was before (None when the schedule is new): a caller that sees another

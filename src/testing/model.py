@@ -25,7 +25,7 @@ The rules, restated:
 - retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
   completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
 - schedules: a declaration stores a fingerprint (a new schedule has no mark; a different
-  fingerprint sets the mark to now).  A tick enqueues its job only when the schedule exists and
+  fingerprint sets the mark to now, except for a refresh, which leaves both as they were).  A tick enqueues its job only when the schedule exists and
   its mark is absent or before the tick, and, overlap off, its last tick's job is not queued,
   retrying or running (a purged one does not hold it back); the mark then becomes the tick and
   the last job the tick's job (an existing holder of its key included).  Purge leaves schedules alone.
@@ -116,14 +116,17 @@ class JobModel:
         self.schedules: dict[str, ModelSchedule] = {}
 
     # -- schedules ---------------------------------------------------------------------------
-    def declare(self, name: str, fingerprint: str, now: datetime) -> str | None:
-        """Record a declaration; returns the fingerprint stored before (None: a new schedule)."""
+    def declare(self, name: str, fingerprint: str, now: datetime, *, redefine: bool = True) -> str | None:
+        """Record a declaration; returns the fingerprint stored before (None: a new schedule).
+        Without ``redefine`` another stored fingerprint stays, and so does the mark."""
         schedule = self.schedules.get(name)
         if schedule is None:
             self.schedules[name] = ModelSchedule(fingerprint)
             return None
         before = schedule.fingerprint
         if before != fingerprint:
+            if not redefine:
+                return before
             schedule.mark = now
         schedule.fingerprint = fingerprint
         return before

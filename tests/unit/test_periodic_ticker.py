@@ -299,3 +299,23 @@ def test_a_user_key_in_the_reserved_namespace_is_refused_and_nothing_is_written(
     assert caught.value.field == "requests[0].idempotency_key"
     assert app.list() == []
     assert app.find_by_key("tether:tick:beat:1") is None  # reading by such a key is allowed
+
+
+def test_during_a_rolling_deploy_the_old_pools_refresh_cancels_nothing(repo, clock) -> None:
+    old_code = _on(repo, clock)
+    old_code.register("beat", lambda payload: None)
+    old_code.periodic("beat", "beat", every=60)
+    old_pool = ticker(old_code, "old")
+    old_pool.declare_once()
+    [old_tick] = old_pool.tick_once()
+    new_code = _on(repo, clock)
+    new_code.register("beat", lambda payload: None)
+    new_code.periodic("beat", "beat", every=30)
+    new_pool = ticker(new_code, "new")
+    assert new_pool.declare_once().cancelled == (old_tick.id,)  # a starting pool takes the schedule over
+    [new_tick] = new_pool.tick_once()
+    clock.advance(1)
+    assert old_pool.declare_once().cancelled == ()  # the old pool's refresh keeps it alive only
+    assert new_code.get(new_tick.id).status is JobStatus.QUEUED
+    [state] = new_code.schedules()
+    assert state.spec == "every 30s" and state.declared_by == "old" and state.last_job_id == new_tick.id

@@ -2,7 +2,8 @@
 
 - A declaration (``record_schedule``) reads the row and updates it, or inserts it when missing (a
   concurrent insert of the same name is caught under a savepoint and turned into the update); a
-  changed fingerprint moves the mark to ``now`` in the same statement.
+  changed fingerprint moves the mark to ``now`` in the same statement, or, for a refresh
+  (``redefine=False``), only the declaration's liveness is written.
 - A tick (``enqueue_tick``) is one transaction: ``UPDATE tether_schedules SET last_tick_at = tick
   WHERE name = ? AND (last_tick_at IS NULL OR last_tick_at < tick) [AND the last job is
   finished]``; only when that row changed, the job's insert (its key in Tether's namespace, as
@@ -36,7 +37,7 @@ class SqlSchedules(SqlEnqueue):
 
     schedules_table: Table
 
-    def record_schedule(self, state: ScheduleState, *, now: datetime) -> ScheduleState | None:
+    def record_schedule(self, state: ScheduleState, *, now: datetime, redefine: bool = True) -> ScheduleState | None:
         now = ensure_utc(now, "now")
         ensure_utc(state.declared_at, "declared_at")
         ensure_utc(state.declared_until, "declared_until")
@@ -57,7 +58,10 @@ class SqlSchedules(SqlEnqueue):
             before = row_to_schedule(row)
             changes: dict[str, Any] = dict(values)
             if before.fingerprint != state.fingerprint:
-                changes["last_tick_at"] = now
+                if redefine:
+                    changes["last_tick_at"] = now
+                else:  # a refresh by a pool whose definition is not the one stored: liveness only
+                    changes = {k: values[k] for k in ("declared_by", "declared_at", "declared_until")}
             conn.execute(update(t).where(t.c.name == state.name).values(**changes))
             return before
 

@@ -5,8 +5,8 @@
 - :meth:`~Ticker.declare_once` (at the pool's start, then once per heartbeat interval) records
   every schedule of the app (:meth:`~tether.ports.schedule_store.ScheduleStore.record_schedule`:
   definition, next tick, declared by this pool until a few heartbeats from now), and cancels the
-  queued future tick of a schedule whose definition changed, or that no live pool declares any
-  more (removed from the code): such a schedule stops.
+  queued future tick of a schedule whose definition this starting pool changed, or that no live
+  pool declares any more (removed from the code): such a schedule stops.
 - :meth:`~Ticker.tick_once` (every :func:`pass_interval` seconds) asks
   :func:`~tether.domain.ticks.plan_tick` which tick of each schedule is due for enqueueing (at
   most one tick, at most 60 s ahead; the latest missed one within ``catch_up``) and enqueues it
@@ -105,6 +105,7 @@ class Ticker:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._marks: dict[str, datetime | None] = {}  # name -> the mark last read or written
+        self._redefined: set[str] = set()  # schedules whose definition this pool wrote once
         self.enqueued = 0  # ticks this pool enqueued
 
     @property
@@ -114,7 +115,10 @@ class Ticker:
 
     # -- one pass each -----------------------------------------------------------------------
     def declare_once(self) -> DeclarePass:
-        """Record every schedule, cancel the queued future ticks of changed and undeclared ones.
+        """Record every schedule, cancel the queued future ticks of undeclared ones, and, at the
+        pool's first declaration, of the ones whose stored definition differs from this pool's
+        (later declarations only refresh such a schedule's liveness: during a rolling deploy the
+        definition of the pool started last stays, and nothing is cancelled back and forth).
         Never raises (store trouble is logged and tried again at the next declaration)."""
         if self._store is None:
             return DeclarePass()
@@ -123,9 +127,11 @@ class Ticker:
         try:
             now = self._clock.now()
             for schedule in list(self._schedules.values()):
-                before = self._store.record_schedule(self._state(schedule, now), now=now)
+                redefine = schedule.name not in self._redefined
+                before = self._store.record_schedule(self._state(schedule, now), now=now, redefine=redefine)
                 declared.append(schedule.name)
-                if before is not None and before.fingerprint != schedule.fingerprint:
+                self._redefined.add(schedule.name)
+                if redefine and before is not None and before.fingerprint != schedule.fingerprint:
                     logger.info("schedule %s: its definition changed; its queued tick (if any) is cancelled", schedule.name)
                     self._marks.pop(schedule.name, None)
                     if before.last_job_id is not None:

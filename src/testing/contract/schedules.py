@@ -125,6 +125,23 @@ class ScheduleStoreContract:
         assert state.last_tick_at == clock.now() and state.last_job_id == job.job.id and state.spec == "every 10s"
         assert self._tick(store, clock, clock.now() + timedelta(seconds=10)) is not None
 
+    def test_a_refresh_with_another_definition_keeps_the_stored_one_and_the_mark(self, store: Any, clock: FakeClock) -> None:
+        store.record_schedule(declared(clock), now=clock.now())
+        tick = clock.now() + timedelta(seconds=60)
+        job = self._tick(store, clock, tick)
+        assert job is not None
+        clock.advance(5)
+        older = declared(clock, fingerprint="f0", spec="every 120s", declared_by="old-pool", declared_until=clock.now() + timedelta(seconds=30))
+        before = store.record_schedule(older, now=clock.now(), redefine=False)
+        assert before is not None and before.fingerprint == "f1"
+        [state] = store.list_schedules(now=clock.now())
+        assert (state.fingerprint, state.spec, state.last_tick_at, state.last_job_id) == ("f1", "every 60s", tick, job.job.id)
+        assert (state.declared_by, state.declared_at, state.declared_until) == ("old-pool", clock.now(), older.declared_until)
+        # the same definition refreshed is written whole, as ever
+        store.record_schedule(declared(clock, next_tick_at=tick), now=clock.now(), redefine=False)
+        [state] = store.list_schedules(now=clock.now())
+        assert (state.declared_by, state.next_tick_at, state.last_tick_at) == ("host-1-abc", tick, tick)
+
     def test_without_overlap_an_unfinished_last_job_holds_the_next_tick(self, store: Any, clock: FakeClock) -> None:
         store.record_schedule(declared(clock), now=clock.now())
         first = self._tick(store, clock, clock.now() + timedelta(seconds=1), overlap=False)

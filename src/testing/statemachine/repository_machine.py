@@ -388,16 +388,16 @@ class RepositoryStateMachine(MachineBase):
 
     # -- schedules ---------------------------------------------------------------------------
     @precondition(_keeps_schedules)
-    @rule(name=st.sampled_from(SCHEDULE_NAMES), fingerprint=st.sampled_from(["f1", "f2"]))
-    def declare_schedule(self, name: str, fingerprint: str) -> None:
+    @rule(name=st.sampled_from(SCHEDULE_NAMES), fingerprint=st.sampled_from(["f1", "f2"]), redefine=st.booleans())
+    def declare_schedule(self, name: str, fingerprint: str, redefine: bool) -> None:
         now = self.clock.now()
         state = ScheduleState(
             name=name, job_type="machine.job", queue=None, spec="every 5s", tz="UTC", fingerprint=fingerprint,
             next_tick_at=None, declared_by="machine", declared_at=now, declared_until=now,
         )
         assert isinstance(self.repository, ScheduleStore)
-        before = self.repository.record_schedule(state, now=now)
-        expected = self.model.declare(name, fingerprint, now)
+        before = self.repository.record_schedule(state, now=now, redefine=redefine)
+        expected = self.model.declare(name, fingerprint, now, redefine=redefine)
         assert (None if before is None else before.fingerprint) == expected
 
     @precondition(_keeps_schedules)
