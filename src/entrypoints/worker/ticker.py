@@ -237,7 +237,7 @@ class Ticker:
                 elapsed = 0.0
                 self.declare_once()
 
-    # -- helpers -----------------------------------------------------------------------------
+    # -- the declaration and the cancel of a tick ---------------------------------------------
     def _state(self, schedule: Schedule, now: datetime) -> ScheduleState:
         mark = self._marks.get(schedule.name)
         upcoming = mark if mark is not None and mark > now else schedule.cadence.next_after(now)
