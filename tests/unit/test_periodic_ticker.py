@@ -4,6 +4,7 @@ catch-up after downtime, purge, a DST day, changed and removed schedules, drain 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -216,16 +217,23 @@ def test_drain_does_not_wait_for_ticks_not_yet_due(repo, clock) -> None:
     assert len(report) == 0 and clock.now() == utc(2026, 1, 1, 0, 59, 30)
 
 
-def test_run_stop_when_idle_does_not_wait_for_a_tick_not_yet_due() -> None:
-    app = tether.connect("memory://")
+@pytest.mark.timeout(60)
+def test_run_stop_when_idle_does_not_wait_for_a_tick_not_yet_due(clock) -> None:
+    app = tether.connect("memory://", clock=clock)  # the fake clock stands still: the tick never comes due
     app.register("beat", lambda payload: None)
-    app.periodic("beat", "beat", every=50)  # the next tick is queued up to 50 s ahead
+    app.periodic("beat", "beat", every=60)
+    with app.worker(concurrency=1, max_wait=0.05):  # a first pool enqueues the tick, 60 s ahead
+        deadline = time.monotonic() + 10
+        while not app.schedules() or app.schedules()[0].last_job_status is not JobStatus.QUEUED:
+            assert time.monotonic() < deadline, app.schedules()
+            time.sleep(0.02)
     app.enqueue("beat")
     pool = app.worker(concurrency=1, max_wait=0.05)
+    started = time.monotonic()
     stats = pool.run(stop_when_idle=True, install_signal_handlers=False)
-    assert stats.completed == 1
+    assert stats.completed == 1 and time.monotonic() - started < 10
     [state] = app.schedules()
-    assert state.last_job_status is JobStatus.QUEUED and state.last_tick_at > app.clock.now()
+    assert state.last_job_status is JobStatus.QUEUED and state.last_tick_at == utc(2026, 1, 1, 0, 1)
     app.close()
 
 
