@@ -12,6 +12,7 @@ import tether
 from tether.adapters.clock import FakeClock
 from tether.adapters.log_limits import RateLimitedLog
 from tether.adapters.memory import InMemoryJobRepository
+from tether.adapters.polling import PollingDispatcher
 from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
 from tether.domain.schedules import is_tick_key, tick_key
@@ -24,13 +25,8 @@ def utc(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)
 
 
-def make_app(repo: InMemoryJobRepository, clock: FakeClock) -> Tether:
-    return tether.connect("memory://", clock=clock) if repo is None else _on(repo, clock)
-
-
 def _on(repo: InMemoryJobRepository, clock: FakeClock) -> Tether:
-    from tether.adapters.polling import PollingDispatcher
-
+    """An app on ``repo`` (several apps on one store stand for several processes)."""
     return Tether(repo, PollingDispatcher(repo, clock), clock)
 
 
