@@ -11,8 +11,9 @@ end, as a unique index would.
 Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed from heaps of jobs
 waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
 
-It is also a :class:`~tether.ports.worker_registry.WorkerRegistry`: one entry per worker pool,
-under the same lock.
+It is also a :class:`~tether.ports.worker_registry.WorkerRegistry` (one entry per worker pool)
+and a :class:`~tether.ports.schedule_store.ScheduleStore` (:mod:`.memory_schedules`), under the
+same lock.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+from tether.adapters.memory_schedules import MemorySchedules
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
+from tether.domain.schedules import ScheduleState
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import (
     CANCEL_BATCH_LIMIT,
@@ -54,7 +57,7 @@ class MemoryTransaction:
         self.open = True
 
 
-class InMemoryJobRepository(JobRepository, WorkerRegistry):
+class InMemoryJobRepository(MemorySchedules, JobRepository, WorkerRegistry):
     """A complete :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) held in process memory.
 
@@ -74,6 +77,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         self._ready: dict[str, list[tuple[int, datetime, int]]] = {}
         self._running: set[int] = set()
         self._workers: dict[str, WorkerEntry] = {}
+        self._schedules: dict[str, ScheduleState] = {}
 
     def __repr__(self) -> str:
         return f"InMemoryJobRepository(jobs={len(self._jobs)})"

@@ -23,6 +23,7 @@ from tether.domain.limits import (
 )
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_payload, unencodable_problem
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS
+from tether.domain.schedules import check_user_key
 from tether.domain.timeutil import UTC, ensure_utc
 
 #: Queue names become part of Redis keys and CLI arguments, so they are strict: 1-64 characters,
@@ -225,7 +226,8 @@ def prepare_job(
             ``delay`` (see :func:`due_time`).
         delay: seconds (or timedelta) from ``now``, 0 to 100 years, or None.
         max_attempts: 1-10,000.
-        idempotency_key: see :func:`validate_idempotency_key`.
+        idempotency_key: see :func:`validate_idempotency_key`; keys in Tether's reserved namespace
+            (``tether:``, :func:`~tether.domain.schedules.check_user_key`) are refused.
         max_payload_bytes: payload limit in bytes.
 
     Raises:
@@ -248,7 +250,7 @@ def prepare_job(
         attempts = max_attempts
     else:
         attempts = validate_max_attempts(max_attempts)
-    key = None if idempotency_key is None else validate_idempotency_key(idempotency_key)
+    key = None if idempotency_key is None else check_user_key(validate_idempotency_key(idempotency_key))
     scheduled_at = now if run_at is None and delay is None else due_time(now, run_at=run_at, delay=delay)
     payload_json = encode_payload(payload, max_bytes=max_payload_bytes)
     # positional, in NewJob's field order (job_type, queue, payload_json, priority, max_attempts,

@@ -33,6 +33,7 @@ from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.lease import without_token
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
+from tether.domain.schedules import Schedule
 from tether.domain.validation import (
     DEFAULT_QUEUE,
     MAX_ATTEMPTS_LIMIT,
@@ -44,11 +45,13 @@ from tether.domain.validation import (
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.job_control import MAX_BIGINT, JobControl, job_id_of
+from tether.entrypoints.periodic import PeriodicSchedules, decoded_payload, tick_job
 from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL
 from tether.entrypoints.worker import WorkerPool, WorkerStats
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
+from tether.ports.schedule_store import ScheduleStore
 from tether.ports.worker_registry import WorkerRegistry
 
 logger = logging.getLogger("tether.service")
@@ -71,8 +74,8 @@ class EnqueueRequest:
     idempotency_key: str | None = None
 
 
-class Tether(JobControl):
-    """A Tether application: handlers, enqueue, administration, workers.
+class Tether(JobControl, PeriodicSchedules):
+    """A Tether application: handlers, enqueue, periodic schedules, administration, workers.
 
     Args:
         repository: the job store (any :class:`~tether.ports.repository.JobRepository`).
@@ -85,6 +88,10 @@ class Tether(JobControl):
         registry: where worker pools record themselves (:meth:`workers`); default: the
             repository when it is a :class:`~tether.ports.worker_registry.WorkerRegistry` too (all of
             Tether's are), else none.
+
+    The repository keeps the periodic schedules too when it is a
+    :class:`~tether.ports.schedule_store.ScheduleStore` (all of Tether's are); with one that is
+    not, ``app.periodic`` registers but no pool ticks.
 
     Raises:
         ValidationError: a bad default.
@@ -116,6 +123,9 @@ class Tether(JobControl):
         self.default_max_attempts = validate_int(default_max_attempts, "default_max_attempts", 1, MAX_ATTEMPTS_LIMIT)
         self._handlers: dict[str, HandlerSpec] = {}
         self._handlers_lock = threading.Lock()
+        self.schedule_store: ScheduleStore | None = repository if isinstance(repository, ScheduleStore) else None
+        self._schedules: dict[str, Schedule] = {}
+        self._schedules_lock = threading.Lock()
         self._pools: list[WorkerPool] = []
         self._closed = False
 
@@ -199,7 +209,19 @@ class Tether(JobControl):
         """Registered handlers by job type (read-only view)."""
         return MappingProxyType(self._handlers)
 
+    def _find_handler_name(self, func: Callable[..., Any]) -> str | None:
+        """The job type ``func`` is registered as the handler of, if any."""
+        for name, spec in list(self._handlers.items()):
+            if spec.func is func:
+                return name
+        return None
+
     # -- enqueue -----------------------------------------------------------------------------
+    def _prepare_tick(self, schedule: Schedule, tick: datetime, now: datetime) -> NewJob:
+        """The job of ``schedule``'s tick at ``tick``: the app's defaults, due at the tick, keyed."""
+        request = EnqueueRequest(schedule.job_type, decoded_payload(schedule), schedule.queue, schedule.priority, run_at=tick)
+        return tick_job(self._prepare(request, now), schedule, tick)
+
     def _prepare(self, request: EnqueueRequest, now: datetime) -> NewJob:
         spec = self._handlers.get(request.job_type) if isinstance(request.job_type, str) else None
         queue = request.queue if request.queue is not None else (spec.queue if spec and spec.queue else self.default_queue)
@@ -392,6 +414,9 @@ class Tether(JobControl):
             prefetch=prefetch,
             registry=self.registry,
             job_timeout=job_timeout,
+            schedules=self._schedules,
+            schedule_store=self.schedule_store,
+            prepare_tick=self._prepare_tick,
         )
         self._pools.append(pool)
         return pool

@@ -15,7 +15,9 @@ worker to leave them to), and they never keep the drain going.
 With ``advance_clock=True`` (the default) and nothing due, the app's
 :class:`~tether.adapters.clock.FakeClock` jumps to the earliest ``scheduled_at`` of the queued and
 retrying jobs it can run and the drain goes on, so a job that fails twice and then succeeds is
-run three times by one ``drain(app)`` call, each attempt at its exact retry time.
+run three times by one ``drain(app)`` call, each attempt at its exact retry time.  A periodic
+tick's job (enqueued ahead by a worker pool) never moves the clock: ``drain`` does not wait for
+ticks not yet due, and it enqueues no tick itself.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import attrs
 from tether.adapters.clock import FakeClock
 from tether.domain.errors import LeaseLost, TetherError, ValidationError
 from tether.domain.job import Job, JobStatus
+from tether.domain.schedules import is_tick_key
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
 from tether.entrypoints.context import JobContext
@@ -288,7 +291,8 @@ def drain(
         return DrainReport(tuple(runs), tuple(moves), tuple(pending))
 
     def runnable(jobs: Sequence[Job]) -> list[Job]:
-        return [job for job in jobs if job.job_type in app.handlers]
+        # a periodic tick's job not yet due is no work to wait for: the clock never jumps to it
+        return [job for job in jobs if job.job_type in app.handlers and not is_tick_key(job.idempotency_key)]
 
     while True:
         now = clock.now()

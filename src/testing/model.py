@@ -24,6 +24,11 @@ The rules, restated:
   the error set by a failure or the reaper (else kept).  A heartbeat keeps the request.
 - retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
   completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
+- schedules: a declaration stores a fingerprint (a new schedule has no mark; a different
+  fingerprint sets the mark to now, except for a refresh, which leaves both as they were).  A tick enqueues its job only when the schedule exists and
+  its mark is absent or before the tick, and, overlap off, its last tick's job is not queued,
+  retrying or running (a purged one does not hold it back); the mark then becomes the tick and
+  the last job the tick's job (an existing holder of its key included).  Purge leaves schedules alone.
 """
 
 from __future__ import annotations
@@ -91,14 +96,55 @@ class ModelJob:
         return self
 
 
+@dataclass
+class ModelSchedule:
+    """The model's view of one periodic schedule: its fingerprint, mark and last tick's job."""
+
+    fingerprint: str
+    mark: datetime | None = None
+    last: int | None = None
+
+
 class JobModel:
-    """All jobs the model knows, by ordinal; purged ones are removed."""
+    """All jobs the model knows, by ordinal; purged ones are removed.  And the schedules, by name."""
 
     def __init__(self) -> None:
         self.jobs: dict[int, ModelJob] = {}
         self.keys: dict[str, int] = {}
         self.enqueued = 0
         self.tokens: set[str] = set()
+        self.schedules: dict[str, ModelSchedule] = {}
+
+    # -- schedules ---------------------------------------------------------------------------
+    def declare(self, name: str, fingerprint: str, now: datetime, *, redefine: bool = True) -> str | None:
+        """Record a declaration; returns the fingerprint stored before (None: a new schedule).
+        Without ``redefine`` another stored fingerprint stays, and so does the mark."""
+        schedule = self.schedules.get(name)
+        if schedule is None:
+            self.schedules[name] = ModelSchedule(fingerprint)
+            return None
+        before = schedule.fingerprint
+        if before != fingerprint:
+            if not redefine:
+                return before
+            schedule.mark = now
+        schedule.fingerprint = fingerprint
+        return before
+
+    def tick_moves(self, name: str, tick: datetime, *, overlap: bool) -> bool:
+        """Whether the tick of ``name`` at ``tick`` is enqueued (then call :meth:`ticked`)."""
+        schedule = self.schedules.get(name)
+        if schedule is None or (schedule.mark is not None and schedule.mark >= tick):
+            return False
+        if not overlap and schedule.last is not None:
+            last = self.jobs.get(schedule.last)
+            if last is not None and last.status in (QUEUED, RETRYING, RUNNING):
+                return False
+        return True
+
+    def ticked(self, name: str, tick: datetime, ordinal: int) -> None:
+        schedule = self.schedules[name]
+        schedule.mark, schedule.last = tick, ordinal
 
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(
@@ -263,4 +309,6 @@ class JobModel:
         return [j for j in self.jobs.values() if j.status == RUNNING]
 
 
-__all__ = ["FINISHED", "STATUSES", "JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound"]
+__all__ = [
+    "FINISHED", "STATUSES", "JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound", "ModelSchedule",
+]

@@ -1,7 +1,8 @@
 """The repository state machine on PostgreSQL.
 
 One schema per test run (``tether_test_<RUN_ID>_machine``), created once for the module and
-dropped at its end; every history starts from an empty table (TRUNCATE ... RESTART IDENTITY).
+dropped at its end; every history starts from empty tables (jobs and schedules; TRUNCATE ... RESTART
+IDENTITY).
 Skips (or fails, with TETHER_REQUIRE_SERVICES=1) when the server is unreachable.
 """
 
@@ -38,7 +39,7 @@ class PostgresMachine(RepositoryStateMachine):
 
     def make_repository(self) -> JobRepository:
         assert _shared, "the postgres_repository fixture did not run"
-        return empty_tables(_shared[0])
+        return empty_tables(_shared[0], "tether_schedules")
 
     def close_repository(self, repository: JobRepository) -> None:
         """The repository is shared by every history; the module fixture closes it."""

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from tether.domain.job import Job, JobStatus, NewJob
+from tether.domain.schedules import ScheduleState
 from tether.domain.timeutil import UTC
 from tether.domain.transitions import create
 from tether.domain.workers import WorkerEntry
@@ -149,4 +150,51 @@ def worker_values(entry: WorkerEntry) -> dict[str, Any]:
     }
 
 
-__all__ = ["inserted_job", "job_state_values", "new_job_values", "row_to_job", "row_to_worker", "worker_values"]
+def row_to_schedule(row: Any) -> ScheduleState:
+    """The :class:`ScheduleState` of a ``tether_schedules`` row, with ``last_job_status`` from a
+    ``last_job_status`` column when the row has one (``live`` left True)."""
+    m: Mapping[str, Any] = row._mapping if hasattr(row, "_mapping") else row
+    status = m.get("last_job_status")
+    return ScheduleState(
+        name=m["name"],
+        job_type=m["job_type"],
+        queue=m["queue"],
+        spec=m["spec"],
+        tz=m["tz"],
+        fingerprint=m["fingerprint"],
+        next_tick_at=m["next_tick_at"],
+        declared_by=m["declared_by"],
+        declared_at=m["declared_at"],
+        declared_until=m["declared_until"],
+        last_tick_at=m["last_tick_at"],
+        last_job_id=None if m["last_job_id"] is None else int(m["last_job_id"]),
+        last_job_status=None if status is None else JobStatus(status),
+    )
+
+
+def schedule_declaration_values(state: ScheduleState) -> dict[str, Any]:
+    """The columns a declaration writes (everything but the mark: ``last_tick_at``, ``last_job_id``)."""
+    return {
+        "name": state.name,
+        "job_type": state.job_type,
+        "queue": state.queue,
+        "spec": state.spec,
+        "tz": state.tz,
+        "fingerprint": state.fingerprint,
+        "next_tick_at": state.next_tick_at,
+        "declared_by": state.declared_by,
+        "declared_at": state.declared_at,
+        "declared_until": state.declared_until,
+    }
+
+
+__all__ = [
+    "inserted_job",
+    "job_state_values",
+    "new_job_values",
+    "row_to_job",
+    "row_to_schedule",
+    "row_to_worker",
+    "schedule_declaration_values",
+    "worker_values",
+]

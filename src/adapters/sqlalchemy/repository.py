@@ -14,6 +14,8 @@ of one part per concern, each in its own module:
 - :mod:`.reads`: ``get``, ``find_by_key``, ``list_jobs``, ``count_by_status``;
 - :mod:`.worker_registry`: the worker registry (``record_worker``, ``list_workers``, ...) on
   ``tether_workers``;
+- :mod:`.schedules`: the schedule store (``record_schedule``, ``list_schedules``, ``enqueue_tick``)
+  on ``tether_schedules``;
 
 and this module: construction, the schema (create, check, version, drop) and ``close``.
 
@@ -39,14 +41,17 @@ from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
 from tether.adapters.sqlalchemy.maintenance import SqlMaintenance
 from tether.adapters.sqlalchemy.reads import SqlReads
-from tether.adapters.sqlalchemy.schema import build_jobs_table, build_workers_table, status_is
+from tether.adapters.sqlalchemy.schedules import SqlSchedules
+from tether.adapters.sqlalchemy.schema import build_jobs_table, build_schedules_table, build_workers_table, status_is
 from tether.adapters.sqlalchemy.worker_registry import SqlWorkerRegistry
 from tether.domain.errors import ConfigurationError
 from tether.ports.repository import JobRepository
+from tether.ports.schedule_store import ScheduleStore
 from tether.ports.worker_registry import WorkerRegistry
 
 
 class SqlAlchemyJobRepository(
+    SqlSchedules,
     SqlEnqueue,
     SqlLeases,
     SqlFencedWrites,
@@ -56,6 +61,7 @@ class SqlAlchemyJobRepository(
     SqlWorkerRegistry,
     JobRepository,
     WorkerRegistry,
+    ScheduleStore,
 ):
     """A :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) on a SQLAlchemy :class:`Engine`.
@@ -76,6 +82,7 @@ class SqlAlchemyJobRepository(
         schema: the PostgreSQL schema holding ``tether_jobs`` (None: the default search path).
         table: the ``tether_jobs`` :class:`Table` bound to this repository's schema.
         workers_table: the ``tether_workers`` :class:`Table` (the worker registry), same schema.
+        schedules_table: the ``tether_schedules`` :class:`Table` (periodic schedules), same schema.
     """
 
     def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
@@ -84,6 +91,7 @@ class SqlAlchemyJobRepository(
         self.metadata = MetaData(schema=schema)
         self.table = build_jobs_table(self.metadata)
         self.workers_table = build_workers_table(self.metadata)
+        self.schedules_table = build_schedules_table(self.metadata)
         self._serial = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._closed = False
@@ -129,7 +137,7 @@ class SqlAlchemyJobRepository(
             raise migrations.newer_schema_error(self.safe_url, found)
 
     def drop_schema(self) -> None:
-        """Drop ``tether_jobs``, ``tether_workers`` and the version tables (tests and tear-down only: every job is lost)."""
+        """Drop ``tether_jobs``, ``tether_workers``, ``tether_schedules`` and the version tables (tests and tear-down only: every job is lost)."""
 
         def drop(conn: Connection) -> None:
             self.metadata.drop_all(conn, checkfirst=True)

@@ -58,6 +58,7 @@ from tether.domain.timeutil import UTC, ensure_utc, from_micros, to_micros
 
 TABLE_NAME = "tether_jobs"
 WORKERS_TABLE_NAME = "tether_workers"
+SCHEDULES_TABLE_NAME = "tether_schedules"
 LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
 RUNNING_PREDICATE = "status = 'running'"
 FINISHED_PREDICATE = "finished_at IS NOT NULL"
@@ -192,9 +193,33 @@ def build_workers_table(metadata: MetaData) -> Table:
     )
 
 
-def build_tables(metadata: MetaData) -> tuple[Table, Table]:
-    """Define every Tether table in ``metadata``: ``(tether_jobs, tether_workers)``."""
-    return build_jobs_table(metadata), build_workers_table(metadata)
+def build_schedules_table(metadata: MetaData) -> Table:
+    """Define ``tether_schedules`` (in ``metadata``'s schema), one row per periodic schedule; returns the Table.
+
+    ``last_tick_at`` is the schedule's tick mark, advanced by compare-and-set with each tick's
+    enqueue; ``last_job_id`` names that tick's job with no foreign key (purge deletes jobs and
+    never touches this table)."""
+    return Table(
+        SCHEDULES_TABLE_NAME,
+        metadata,
+        Column("name", String(200), primary_key=True),
+        Column("job_type", String(200), nullable=False),
+        Column("queue", String(64), nullable=True),
+        Column("spec", Text(), nullable=False),
+        Column("tz", String(64), nullable=False),
+        Column("fingerprint", String(64), nullable=False),
+        Column("next_tick_at", UtcDateTime(), nullable=True),
+        Column("declared_by", String(200), nullable=False),
+        Column("declared_at", UtcDateTime(), nullable=False),
+        Column("declared_until", UtcDateTime(), nullable=False),
+        Column("last_tick_at", UtcDateTime(), nullable=True),
+        Column("last_job_id", BigInteger(), nullable=True),
+    )
+
+
+def build_tables(metadata: MetaData) -> tuple[Table, Table, Table]:
+    """Define every Tether table in ``metadata``: ``(tether_jobs, tether_workers, tether_schedules)``."""
+    return build_jobs_table(metadata), build_workers_table(metadata), build_schedules_table(metadata)
 
 
 def status_is(column: Any, *statuses: JobStatus) -> ColumnElement[bool]:
@@ -217,11 +242,13 @@ __all__ = [
     "LEASABLE_INDEX",
     "LEASABLE_QUEUE_INDEX",
     "RUNNING_INDEX",
+    "SCHEDULES_TABLE_NAME",
     "STATUS_CHECK",
     "TABLE_NAME",
     "WORKERS_TABLE_NAME",
     "UtcDateTime",
     "build_jobs_table",
+    "build_schedules_table",
     "build_tables",
     "build_workers_table",
     "status_is",

@@ -39,7 +39,9 @@ module that owns its thread and its state.  How one job passes between them:
    cancels that job's context.  After each pass the same thread refreshes the pool's entry in the
    worker registry (:mod:`.presence`: recorded at start, removed at a clean stop; information
    only).  The reaper runs every ``reap_interval`` seconds with the
-   dispatcher's upkeep (``tether-maintenance``, :mod:`tether.entrypoints.maintenance`).
+   dispatcher's upkeep (``tether-maintenance``, :mod:`tether.entrypoints.maintenance`).  Periodic
+   schedules are declared and ticked on ``tether-ticker`` (:mod:`.ticker`): each tick's job is
+   enqueued once across every pool, at most 60 s ahead, never on the lease path.
 7. **Shutdown** (:mod:`.shutdown`; :meth:`WorkerPool.stop`, or SIGINT/SIGTERM under
    :meth:`WorkerPool.run`): no lease is taken after the request; prefetched jobs, and jobs a
    lease query returned at that very moment, are released unstarted at once; held jobs get

@@ -22,6 +22,7 @@ from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
 from tether.domain.retry import RetryPolicy
+from tether.domain.schedules import Schedule
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
 from tether.entrypoints.handlers import HandlerSpec
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
@@ -35,10 +36,12 @@ from tether.entrypoints.worker.presence import Presence
 from tether.entrypoints.worker.runner import ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
 from tether.entrypoints.worker.stats import Counts, WorkerStats
+from tether.entrypoints.worker.ticker import PrepareTick, Ticker
 from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
+from tether.ports.schedule_store import ScheduleStore
 from tether.ports.worker_registry import WorkerRegistry
 
 logger = logging.getLogger("tether.worker")
@@ -80,6 +83,11 @@ class WorkerPool:
             > 0), or None for no limit.  Past it the job's context is cancelled, a new thread
             takes the slot, and the attempt fails with :class:`~tether.domain.errors.JobTimeout`
             (see :mod:`tether.entrypoints.worker.timeouts`).
+        schedules: periodic schedules by name that this pool declares and ticks (see
+            :mod:`.ticker`), read at each pass; None: none.
+        schedule_store: where schedules are declared and ticks' marks kept; None: no ticking
+            (and no cancelling of removed schedules' ticks).
+        prepare_tick: builds a tick's job (required with ``schedule_store``).
 
     Raises:
         ValidationError: naming the bad argument.
@@ -104,6 +112,9 @@ class WorkerPool:
         prefetch: int | None = None,
         registry: WorkerRegistry | None = None,
         job_timeout: float | None = None,
+        schedules: Mapping[str, Schedule] | None = None,
+        schedule_store: ScheduleStore | None = None,
+        prepare_tick: PrepareTick | None = None,
     ) -> None:
         self.repository = repository
         self.dispatcher = dispatcher
@@ -178,6 +189,13 @@ class WorkerPool:
             lease_timeout=self.lease_timeout, worker_id=self.worker_id, ratelog=ratelog,
             on_beat=presence.refresh_once,
         )
+        if schedule_store is not None and prepare_tick is None:
+            raise ValidationError("prepare_tick", "is required with a schedule_store")
+        self._ticker = Ticker(
+            store=schedule_store if prepare_tick is not None else None, repository=repository, dispatcher=dispatcher,
+            clock=clock, schedules=schedules if schedules is not None else {}, prepare=prepare_tick or _no_tick,
+            worker_id=self.worker_id, heartbeat_interval=self.heartbeat_interval, ratelog=ratelog,
+        )
         self._maintenance = MaintenanceLoop(
             Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
         )
@@ -211,10 +229,10 @@ class WorkerPool:
             self._started = True
         logger.info(
             "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s, "
-            "job timeout %s",
+            "job timeout %s, %d periodic schedule(s)",
             self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
-            "none" if self.job_timeout is None else f"{self.job_timeout:g} s",
+            "none" if self.job_timeout is None else f"{self.job_timeout:g} s", self._ticker.schedule_count,
         )
         self._presence.announce()
         self._completions.start()
@@ -222,6 +240,7 @@ class WorkerPool:
         self._heartbeats.start()
         self._acquirer.start()
         self._maintenance.start()
+        self._ticker.start()
 
     def stop(self, drain_timeout: float | None = None) -> WorkerStats:
         """Shut down: stop leasing now, give in-flight jobs ``drain_timeout`` seconds (default: the
@@ -241,6 +260,7 @@ class WorkerPool:
                 return self.stats
             self._stopped = True
         first_signals = self._shutdown.begin()
+        self._ticker.stop()
         self._acquirer.interrupt()  # it may be waiting for room, or in the dispatcher for work
         logger.info("worker %s stopping: no new leases; draining %d job(s) for up to %.1f s", self.worker_id, self.in_flight, drain)
         deadline = time.monotonic() + drain
@@ -274,7 +294,7 @@ class WorkerPool:
             stop_when_idle: also stop once nothing is left that this pool can run: no job of its
                 queues and of a type it has a handler for is ``queued``, ``retrying`` (due or
                 not) or ``running`` (checked with ``count_by_status``).  Jobs of types it has no
-                handler for do not keep it waiting.
+                handler for do not keep it waiting, nor do periodic ticks not due yet.
             install_signal_handlers: handle SIGINT/SIGTERM as a stop request (only when called on
                 the main thread; the previous handlers are restored on return).
 
@@ -316,14 +336,23 @@ class WorkerPool:
         try:
             queues: Sequence[str | None] = self.queues if self.queues is not None else [None]
             job_types = list(self.handlers)  # read now: later registrations count
+            queued = 0
             for name in queues:
                 counts = self.repository.count_by_status(queue=name, job_types=job_types)
-                if counts[JobStatus.QUEUED] or counts[JobStatus.RETRYING] or counts[JobStatus.RUNNING]:
+                if counts[JobStatus.RETRYING] or counts[JobStatus.RUNNING]:
                     return False
+                queued += counts[JobStatus.QUEUED]
+            # a periodic tick's job enqueued ahead, not due yet, is no work to wait for
+            if queued and queued > self._ticker.waiting_ticks(queues=self.queues, job_types=job_types):
+                return False
         except Exception:  # noqa: BLE001 - unknown means not idle
             self._ratelog("idle", logging.WARNING, "worker %s: could not count jobs", self.worker_id, exc_info=True)
             return False
         return self.in_flight == 0
+
+
+def _no_tick(schedule: Schedule, tick: object, now: object) -> object:  # pragma: no cover - never called
+    raise AssertionError("a pool without a schedule store enqueues no tick")
 
 
 __all__ = ["RUN_POLL_SECONDS", "WorkerPool", "default_worker_id"]

@@ -5,9 +5,10 @@ Steps: enqueue (one at a time, in batches, in transactions that roll back), leas
 filter and by id), the holder's writes (complete, fail, permanent failure, dead letter, heartbeat,
 release, snooze), writes with stale or foreign tokens, a lease taken over (case C01 as one step),
 an operator's cancel (one job, or a batch by queue), the reaper, manual retry of dead and
-cancelled jobs, purge, and clock steps.  Invariants after every step: the
-repository holds exactly the model's jobs, at most one live lease per job, and no token was handed
-out twice.
+cancelled jobs, purge, clock steps, and on a repository that is a schedule store too, schedule
+declarations and periodic ticks (the mark's compare-and-set, overlap on and off).  Invariants
+after every step: the repository holds exactly the model's jobs (and schedules' marks and last
+jobs), at most one live lease per job, and no token was handed out twice.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import InvalidTransition, JobNotFound, LeaseLost
 from tether.domain.job import Job, JobStatus, NewJob
+from tether.domain.schedules import ScheduleState, tick_key
 from tether.ports.repository import JobRepository
+from tether.ports.schedule_store import ScheduleStore
 from tether.testing.model import FINISHED, JobModel, ModelInvalid, ModelJob, ModelLeaseLost, ModelNotFound
 from tether.testing.statemachine.base import (
     LEASE_TIMEOUT,
@@ -40,6 +44,12 @@ from tether.testing.statemachine.base import (
     steps,
 )
 
+SCHEDULE_NAMES = ("hourly", "nightly")
+
+
+def _keeps_schedules(machine: RepositoryStateMachine) -> bool:
+    return isinstance(machine.repository, ScheduleStore)
+
 
 class RepositoryStateMachine(MachineBase):
     """One repository against the pure model.  Override :meth:`make_repository` for your adapter."""
@@ -51,6 +61,7 @@ class RepositoryStateMachine(MachineBase):
     def __init__(self) -> None:
         super().__init__()
         self.clock = self.make_clock()
+        self.started_at = self.clock.now()
         self.repository = self.make_repository()
         self.model = JobModel()
         self.ids: dict[int, int] = {}  # model ordinal -> repository id
@@ -375,6 +386,38 @@ class RepositoryStateMachine(MachineBase):
         expected = self.model.purge(older_than=older_than)
         assert self.repository.purge(older_than=older_than) == len(expected)
 
+    # -- schedules ---------------------------------------------------------------------------
+    @precondition(_keeps_schedules)
+    @rule(name=st.sampled_from(SCHEDULE_NAMES), fingerprint=st.sampled_from(["f1", "f2"]), redefine=st.booleans())
+    def declare_schedule(self, name: str, fingerprint: str, redefine: bool) -> None:
+        now = self.clock.now()
+        state = ScheduleState(
+            name=name, job_type="machine.job", queue=None, spec="every 5s", tz="UTC", fingerprint=fingerprint,
+            next_tick_at=None, declared_by="machine", declared_at=now, declared_until=now,
+        )
+        assert isinstance(self.repository, ScheduleStore)
+        before = self.repository.record_schedule(state, now=now, redefine=redefine)
+        expected = self.model.declare(name, fingerprint, now, redefine=redefine)
+        assert (None if before is None else before.fingerprint) == expected
+
+    @precondition(_keeps_schedules)
+    @rule(name=st.sampled_from(SCHEDULE_NAMES), slot=st.integers(0, 4), overlap=st.booleans(), queue=queues)
+    def enqueue_tick(self, name: str, slot: int, overlap: bool, queue: str) -> None:
+        # ticks on a 5 s grid from the machine's start: the same tick, earlier ones, past and
+        # future ones all come up often
+        tick = self.started_at + timedelta(seconds=5 * slot)
+        self.serial += 1
+        new = attrs.evolve(self.new_job(self.serial, queue, 0, None, 3, None), scheduled_at=tick,
+                           idempotency_key=tick_key(name, tick))
+        assert isinstance(self.repository, ScheduleStore)
+        result = self.repository.enqueue_tick(name, new, now=self.clock.now(), overlap=overlap)
+        if not self.model.tick_moves(name, tick, overlap=overlap):
+            assert result is None, f"tick {tick} of {name} enqueued {describe(result.job)}; the model says no"
+            return
+        assert result is not None, f"tick {tick} of {name} enqueued nothing; the model says it moves the mark"
+        self._enqueued(new, result.created, result.job)
+        self.model.ticked(name, tick, self._ordinal(result.job))
+
     # -- invariants --------------------------------------------------------------------------
     @invariant()
     def repository_agrees_with_the_model(self) -> None:
@@ -389,6 +432,23 @@ class RepositoryStateMachine(MachineBase):
         assert {s.value: n for s, n in counts.items()} == self.model.counts()
         listed = [j.id for j in self.repository.list_jobs(limit=10_000)]
         assert listed == sorted(self.ids[o] for o in self.model.jobs)
+
+    @invariant()
+    def schedules_agree_with_the_model(self) -> None:
+        if not isinstance(self.repository, ScheduleStore):
+            return
+        stored = {
+            s.name: (s.fingerprint, s.last_tick_at, s.last_job_id, None if s.last_job_status is None else s.last_job_status.value)
+            for s in self.repository.list_schedules(now=self.clock.now())
+        }
+        expected = {}
+        for name, schedule in self.model.schedules.items():
+            last = None if schedule.last is None else self.model.jobs.get(schedule.last)
+            expected[name] = (
+                schedule.fingerprint, schedule.mark, None if schedule.last is None else self.ids[schedule.last],
+                None if last is None else last.status,
+            )
+        assert stored == expected
 
     @invariant()
     def one_live_lease_per_job(self) -> None:
