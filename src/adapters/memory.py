@@ -12,7 +12,7 @@ Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed fro
 waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
 
 It is also a :class:`~tether.ports.worker_registry.WorkerRegistry`: one entry per worker pool,
-under the same lock.
+under the same lock; and a :class:`~tether.ports.overview.JobOverview` (:mod:`.memory_overview`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+from tether.adapters.memory_overview import MemoryOverview
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
@@ -54,7 +55,7 @@ class MemoryTransaction:
         self.open = True
 
 
-class InMemoryJobRepository(JobRepository, WorkerRegistry):
+class InMemoryJobRepository(MemoryOverview, JobRepository, WorkerRegistry):
     """A complete :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) held in process memory.
 

@@ -2,8 +2,9 @@
 
 ``from tether.testing.contract import RepositoryContract`` (needs pytest; see
 :mod:`tether.testing.contract.repository`); ``DispatcherContract`` (in
-:mod:`tether.testing.contract.dispatcher`) and ``WorkerRegistryContract`` (in
-:mod:`tether.testing.contract.worker_registry`) are loaded only when asked for.
+:mod:`tether.testing.contract.dispatcher`), ``WorkerRegistryContract`` (in
+:mod:`tether.testing.contract.worker_registry`) and ``OverviewContract`` (in
+:mod:`tether.testing.contract.overview`) are loaded only when asked for.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 from tether._lazy import lazy_names as _lazy_names
 from tether.testing.contract.repository import RepositoryContract
 
-__all__ = ["DispatcherContract", "RepositoryContract", "WorkerRegistryContract"]
+__all__ = ["DispatcherContract", "OverviewContract", "RepositoryContract", "WorkerRegistryContract"]
 
 __getattr__, __dir__ = _lazy_names(
     __name__,
     globals(),
     {
         "DispatcherContract": "tether.testing.contract.dispatcher",
+        "OverviewContract": "tether.testing.contract.overview",
         "WorkerRegistryContract": "tether.testing.contract.worker_registry",
     },
 )
