@@ -4,6 +4,7 @@ applied to its jobs under its lock (a memory store is small; nothing here is ind
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime
 
 from tether.domain.job import Job
@@ -34,9 +35,9 @@ class MemoryOverview(JobOverview):
             ids = sorted((i for i in self._jobs if before_id is None or i < before_id), reverse=True)
             return browse((self._jobs[i] for i in ids), filters, limit=limit, window=window)
 
-    def status_totals(self) -> StatusTotals:
+    def status_totals(self, *, live: Sequence[QueueSummary] | None = None) -> StatusTotals:
         with self._lock:
-            return total_by_status(list(self._jobs.values()))
+            return total_by_status(list(self._jobs.values()), live)
 
     def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
         now = ensure_utc(now, "now")

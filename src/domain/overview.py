@@ -182,12 +182,24 @@ def summarize_queues(jobs: Iterable[Job], *, now: datetime) -> list[QueueSummary
     return [summaries[name] for name in sorted(summaries)]
 
 
-def total_by_status(jobs: Iterable[Job]) -> StatusTotals:
-    """Exact counts per status."""
+def total_by_status(jobs: Iterable[Job], live: Sequence[QueueSummary] | None = None) -> StatusTotals:
+    """Exact counts per status; the live ones summed from ``live`` when given."""
     counts = {s: 0 for s in JobStatus}
     for job in jobs:
-        counts[job.status] += 1
+        if live is None or job.status.is_terminal:
+            counts[job.status] += 1
+    if live is not None:
+        counts.update(live_counts(live))
     return StatusTotals(counts)
+
+
+def live_counts(summaries: Iterable[QueueSummary]) -> dict[JobStatus, int]:
+    """Queued, retrying and running jobs summed over ``summaries``."""
+    counts = dict.fromkeys(LIVE_STATUSES, 0)
+    for summary in summaries:
+        for status in LIVE_STATUSES:
+            counts[status] += getattr(summary, status.value)
+    return counts
 
 
 def throughput_since(now: datetime, minutes: int = 60) -> datetime:
@@ -209,6 +221,7 @@ __all__ = [
     "Throughput",
     "browse",
     "count_finished",
+    "live_counts",
     "minute_of",
     "minute_row",
     "page_of",

@@ -12,6 +12,7 @@ Nothing here is on the lease or completion path.  The rules each answer follows 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -35,9 +36,11 @@ class JobOverview(Protocol):
         """
         ...
 
-    def status_totals(self) -> StatusTotals:
+    def status_totals(self, *, live: Sequence[QueueSummary] | None = None) -> StatusTotals:
         """Jobs per status: exact for queued, retrying and running; completed, dead and cancelled
-        may be planner estimates, named in ``estimated`` (PostgreSQL), exact elsewhere.
+        may be planner estimates, named in ``estimated`` (PostgreSQL), exact elsewhere.  With
+        ``live`` (summaries just read by :meth:`queue_summaries`) the live figures are their sums
+        and the live jobs are not read a second time.
 
         Raises:
             StorageUnavailable: the store could not be reached.

@@ -89,3 +89,40 @@ def test_the_chart_stacks_completed_and_dead_per_minute_and_says_when_capped() -
     assert ">10<" in chart  # the scale's top
     assert "fewer" in chart
     assert "rect" not in str(throughput_svg(Throughput(()), NOW))
+
+
+def test_a_slow_snapshot_stretches_the_period_to_ten_times_its_duration() -> None:
+    def slow() -> Snapshot:
+        import time
+
+        time.sleep(0.05)
+        return snapshot()
+
+    feed = LiveFeed(slow, interval=0.01)
+
+    async def main() -> None:
+        await feed.current()
+        await feed.current()  # within 10 x 0.05 s: reused
+
+    asyncio.run(main())
+    assert feed.computed == 1 and feed.period >= 0.5
+
+
+def test_a_stale_snapshot_is_served_while_a_new_one_is_taken() -> None:
+    taken: list[int] = []
+
+    def compute() -> Snapshot:
+        taken.append(1)
+        return snapshot(len(taken))
+
+    feed = LiveFeed(compute, interval=0.01)
+
+    async def main() -> list[int]:
+        first = await feed.current()
+        await asyncio.sleep(0.02)
+        stale = await feed.current()  # served at once, a refresh started
+        await asyncio.sleep(0.05)
+        fresh = await feed.current()
+        return [first.totals.counts[JobStatus.QUEUED], stale.totals.counts[JobStatus.QUEUED], fresh.totals.counts[JobStatus.QUEUED]]
+
+    assert asyncio.run(main()) == [1, 1, 2]

@@ -4,7 +4,8 @@ status, finished jobs per minute; every statement bounded whatever the table's s
 - A page with a live status reads that status's partial index (``status_is`` keeps the literal
   visible to the planner); any other page first finds the floor of its window of ids (an index-only
   walk of the primary key, at most ``window`` entries), then reads the id range above it.
-- Live counts group the rows of the leasable and running partial indexes only.
+- Live counts group the rows of the leasable and running partial indexes only (or are the sums
+  of the queue summaries just read, so the dashboard reads its live rows once per snapshot).
 - Finished counts are exact on SQLite and on a small PostgreSQL table; above
   :attr:`SqlOverview.exact_count_below` rows PostgreSQL answers with the planner's estimate of each
   finished status (``EXPLAIN``, no scan), marked as such.
@@ -15,6 +16,7 @@ status, finished jobs per minute; every statement bounded whatever the table's s
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +33,7 @@ from tether.domain.overview import (
     QueueSummary,
     StatusTotals,
     Throughput,
+    live_counts,
     minute_row,
     page_of,
 )
@@ -74,9 +77,9 @@ class SqlOverview(SqlTransactions, JobOverview):
 
         return self._read("browse jobs", read)
 
-    def status_totals(self) -> StatusTotals:
+    def status_totals(self, *, live: Sequence[QueueSummary] | None = None) -> StatusTotals:
         t = self.table
-        live = [
+        live_statements = [
             select(t.c.status, func.count()).where(status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING)).group_by(t.c.status),
             select(t.c.status, func.count()).where(status_is(t.c.status, JobStatus.RUNNING)).group_by(t.c.status),
         ]
@@ -84,9 +87,12 @@ class SqlOverview(SqlTransactions, JobOverview):
 
         def read(conn: Connection) -> StatusTotals:
             counts = {s: 0 for s in JobStatus}
-            for stmt in live:
-                for status, n in conn.execute(stmt):
-                    counts[JobStatus(status)] = int(n)
+            if live is not None:
+                counts.update(live_counts(live))
+            else:
+                for stmt in live_statements:
+                    for status, n in conn.execute(stmt):
+                        counts[JobStatus(status)] = int(n)
             if conn.dialect.name == "postgresql" and self._planned_rows(conn, select(literal(1)).select_from(t)) >= self.exact_count_below:
                 for status in TERMINAL_STATUSES:
                     counts[status] = self._planned_rows(conn, select(literal(1)).where(status_is(t.c.status, status)))

@@ -89,13 +89,8 @@ class StoreReader:
         workers = self.workers()
         if self.overview is None:
             return Snapshot(now, StatusTotals(self.app.counts()), workers=workers)
-        return Snapshot(
-            now,
-            self.overview.status_totals(),
-            tuple(self.overview.queue_summaries(now=now)),
-            self.throughput(now),
-            workers,
-        )
+        queues = tuple(self.overview.queue_summaries(now=now))
+        return Snapshot(now, self.overview.status_totals(live=queues), queues, self.throughput(now), workers)
 
     def throughput(self, now: datetime) -> Throughput | None:
         if self.overview is None:

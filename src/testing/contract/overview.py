@@ -124,6 +124,7 @@ class OverviewContract(ContractSupport):
             JobStatus.COMPLETED: 2, JobStatus.DEAD: 1, JobStatus.CANCELLED: 1,
         }
         assert totals.estimated == frozenset()
+        assert repository.status_totals(live=repository.queue_summaries(now=clock.now())) == totals
 
     def test_queue_summaries_count_live_jobs_and_find_the_oldest_due(self, repository: Any, clock: FakeClock) -> None:
         start = clock.now()
