@@ -165,6 +165,16 @@ def test_an_unknown_job_is_a_404() -> None:
     assert client(new_app()).get("/jobs/12345").status_code == 404
 
 
+def test_static_serves_the_stylesheet_and_the_script_only() -> None:
+    c = client(new_app())
+    script = c.get("/static/live.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert "EventSource" in script.text
+    assert c.get("/static/dashboard.css").headers["content-type"].startswith("text/css")
+    for other in ("/static/__init__.py", "/static/../app.py", "/static/%2e%2e%2fapp.py", "/static/x.js"):
+        assert c.get(other).status_code == 404, other
+
+
 def test_pages_for_what_this_tether_lacks_say_so() -> None:
     app = new_app()
     dead_job(app)

@@ -9,12 +9,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route
 from tether.domain.errors import ConfigurationError, InvalidTransition, JobNotFound, StorageUnavailable, ValidationError
 from tether.entrypoints.service import Tether
 from tether.entrypoints.web import actions, pages
-from tether.entrypoints.web.dashboard import HERE, Dashboard, make_templates, seams_of
+from tether.entrypoints.web.dashboard import Dashboard, make_templates, seams_of
 from tether.entrypoints.web.live import DEFAULT_INTERVAL, LiveFeed
 from tether.entrypoints.web.security import Authorize, Forbidden, Guard, basic_authorizer
 from tether.entrypoints.web.snapshot import StoreReader
@@ -85,7 +84,7 @@ def create_app(
         Route("/purge", pages.purge_form, methods=["GET"]),
         Route("/purge", actions.purge, methods=["POST"]),
         Route("/events", pages.events),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        Route("/static/{name}", pages.asset),
     ]
     handlers: Any = {
         ValidationError: _answer(400, "Bad request"),

@@ -8,12 +8,13 @@ import json
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 from tether.domain.job import RETRYABLE_STATUSES, JobStatus
 from tether.domain.validation import CANCELLABLE_STATUSES
 from tether.entrypoints.web.chart import throughput_svg
-from tether.entrypoints.web.dashboard import Dashboard, dashboard_of
+from tether.entrypoints.web.dashboard import HERE, Dashboard, dashboard_of
 from tether.entrypoints.web.params import BadParameter, jobs_query, positive_id
 
 #: What the flash line says after an action's redirect (``?done=<key>``); nothing else is shown.
@@ -108,6 +109,17 @@ async def purge_form(request: Request) -> Response:
     return dash.render(request, "purge.html", "dead", done=DONE.get(request.query_params.get("done", "")))
 
 
+#: The files under /static: the stylesheet and the one script (nothing else in the folder is served).
+ASSETS = {"dashboard.css": "text/css; charset=utf-8", "live.js": "text/javascript; charset=utf-8"}
+
+
+async def asset(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in ASSETS:
+        raise HTTPException(404, "Not found")
+    return FileResponse(HERE / "static" / name, media_type=ASSETS[name])
+
+
 async def events(request: Request) -> Response:
     dash = dashboard_of(request)
     return StreamingResponse(
@@ -117,4 +129,4 @@ async def events(request: Request) -> Response:
     )
 
 
-__all__ = ["DONE", "events", "job_detail", "jobs", "overview", "purge_form", "queues", "schedules", "workers"]
+__all__ = ["ASSETS", "DONE", "asset", "events", "job_detail", "jobs", "overview", "purge_form", "queues", "schedules", "workers"]
