@@ -108,3 +108,13 @@ def test_no_auth_serves_on_loopback_without_credentials(database: str) -> None:
     with serving(["--database-url", database, "--no-auth", "--read-only"]) as base:
         status, body = get(f"{base}/jobs")
         assert status == 200 and "reports.build" in body and "read-only" in body
+
+
+def test_a_port_in_use_is_one_line_naming_it(database: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = run(["dashboard", "--database-url", database, "--port", str(port)], TETHER_DASHBOARD_PASSWORD="pw")
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"tether: error: --port: cannot listen on 127.0.0.1:{port}") and done.stderr.count("\n") == 1

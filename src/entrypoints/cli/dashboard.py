@@ -7,7 +7,9 @@ given, and ``--no-auth`` serves on 127.0.0.1 only.  Needs the ``tether[web]`` ex
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from typing import Annotated
 
 import typer
@@ -62,14 +64,40 @@ def dashboard(
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
-    with open_app(settings) as tether_app:
+    listener = bound_socket(host, port)
+    with listener, open_app(settings) as tether_app:
         if no_auth:
             web = create_app(tether_app, authorize=lambda request: "local user (no auth)", read_only=read_only)
         else:
             web = create_app(tether_app, username=user, password=password, read_only=read_only)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         print(f"tether dashboard on http://{host}:{port}/ ({settings.database_kind} store)", flush=True)
-        uvicorn.run(web, host=host, port=port, log_level="info", access_log=False)
+        server = uvicorn.Server(uvicorn.Config(web, log_level="info", access_log=False, lifespan="off"))
+        server.run(sockets=[listener])
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port``, before anything else is opened.
+
+    Raises:
+        ValidationError: the address cannot be bound (in use, not this machine's), naming ``--port``
+            or ``--host``.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ValidationError("--host", f"cannot resolve {host!r}: {error.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+        listener.listen(128)
+    except OSError as error:
+        listener.close()
+        field = "--port" if error.errno == errno.EADDRINUSE else "--host"
+        raise ValidationError(field, f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return listener
 
 
 def register(app: typer.Typer) -> None:
