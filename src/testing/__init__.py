@@ -13,8 +13,8 @@ For applications (no database, no broker, nothing but the standard library and T
 With pytest the ``tether_app`` and ``tether_clock`` fixtures do the wiring (the plugin is
 registered through the ``pytest11`` entry point, so installing ``tether-jobs`` is enough).
 
-For adapter authors: :class:`RepositoryContract`, :class:`DispatcherContract` and
-:class:`WorkerRegistryContract` (need pytest),
+For adapter authors: :class:`RepositoryContract`, :class:`DispatcherContract`,
+:class:`WorkerRegistryContract` and :class:`OverviewContract` (need pytest),
 :class:`RepositoryStateMachine` and :class:`LockstepStateMachine` (need Hypothesis).
 
 Every name is loaded on first use, so ``import tether.testing`` is cheap and works without pytest
@@ -30,7 +30,7 @@ from tether._lazy import lazy_names as _lazy_names
 if TYPE_CHECKING:
     from tether.adapters.clock import FakeClock
     from tether.testing.assertions import ANY, assert_enqueued, assert_not_enqueued, enqueued_jobs
-    from tether.testing.contract import DispatcherContract, RepositoryContract, WorkerRegistryContract
+    from tether.testing.contract import DispatcherContract, OverviewContract, RepositoryContract, WorkerRegistryContract
     from tether.testing.fake import fake_app
     from tether.testing.inline import DrainLimitExceeded, DrainReport, JobRun, drain
     from tether.testing.statemachine import LockstepStateMachine, RepositoryStateMachine
@@ -49,6 +49,7 @@ _EXPORTS = {
     "RepositoryContract": "tether.testing.contract",
     "DispatcherContract": "tether.testing.contract",
     "WorkerRegistryContract": "tether.testing.contract",
+    "OverviewContract": "tether.testing.contract",
     "RepositoryStateMachine": "tether.testing.statemachine",
     "LockstepStateMachine": "tether.testing.statemachine",
 }
@@ -61,6 +62,7 @@ __all__ = [
     "FakeClock",
     "JobRun",
     "LockstepStateMachine",
+    "OverviewContract",
     "RepositoryContract",
     "RepositoryStateMachine",
     "WorkerRegistryContract",

@@ -312,3 +312,34 @@ def test_mounted_under_a_path_its_links_and_cookie_follow() -> None:
     token = token_of(c, f"/ops/tether/jobs/{job.id}")
     done = post(c, f"/ops/tether/jobs/{job.id}/retry", {"confirm": "yes"}, token=token)
     assert done.headers["location"] == f"/ops/tether/jobs/{job.id}?done=retry"
+
+
+class JobPortOnly:
+    """A repository with the job port and the registry but no overview reads (a third party's)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("browse_jobs", "status_totals", "queue_summaries", "finished_per_minute"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_store_without_the_overview_port_still_shows_counts_and_jobs_by_id() -> None:
+    from tether import Tether
+    from tether.adapters.clock import SystemClock
+    from tether.adapters.memory import InMemoryJobRepository
+    from tether.adapters.polling import PollingDispatcher
+
+    inner = InMemoryJobRepository()
+    clock = SystemClock()
+    app = Tether(JobPortOnly(inner), PollingDispatcher(inner, clock), clock)  # type: ignore[arg-type]
+    app.register("mail.send", lambda payload: None)
+    job = app.enqueue("mail.send", {"n": 1}).job
+    c = client(app)
+    overview = c.get("/")
+    assert overview.status_code == 200 and 'data-live="status.queued">1<' in overview.text
+    assert "does not report finished jobs" in overview.text
+    assert "cannot list jobs page by page" in c.get("/jobs").text
+    assert c.get(f"/jobs/{job.id}").status_code == 200
