@@ -11,9 +11,9 @@ end, as a unique index would.
 Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed from heaps of jobs
 waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
 
-It is also a :class:`~tether.ports.worker_registry.WorkerRegistry` (one entry per worker pool)
-and a :class:`~tether.ports.schedule_store.ScheduleStore` (:mod:`.memory_schedules`), under the
-same lock.
+It is also a :class:`~tether.ports.worker_registry.WorkerRegistry` (one entry per worker pool),
+a :class:`~tether.ports.schedule_store.ScheduleStore` (:mod:`.memory_schedules`) and a
+:class:`~tether.ports.overview.JobOverview` (:mod:`.memory_overview`), under the same lock.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+from tether.adapters.memory_overview import MemoryOverview
 from tether.adapters.memory_schedules import MemorySchedules
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
@@ -57,7 +58,7 @@ class MemoryTransaction:
         self.open = True
 
 
-class InMemoryJobRepository(MemorySchedules, JobRepository, WorkerRegistry):
+class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, WorkerRegistry):
     """A complete :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) held in process memory.
 

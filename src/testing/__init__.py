@@ -14,7 +14,7 @@ With pytest the ``tether_app`` and ``tether_clock`` fixtures do the wiring (the 
 registered through the ``pytest11`` entry point, so installing ``tether-jobs`` is enough).
 
 For adapter authors: :class:`RepositoryContract`, :class:`DispatcherContract`,
-:class:`WorkerRegistryContract` and :class:`ScheduleStoreContract` (need pytest),
+:class:`WorkerRegistryContract`, :class:`ScheduleStoreContract` and :class:`OverviewContract` (need pytest),
 :class:`RepositoryStateMachine` and :class:`LockstepStateMachine` (need Hypothesis).
 
 Every name is loaded on first use, so ``import tether.testing`` is cheap and works without pytest
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tether.testing.assertions import ANY, assert_enqueued, assert_not_enqueued, enqueued_jobs
     from tether.testing.contract import (
         DispatcherContract,
+        OverviewContract,
         RepositoryContract,
         ScheduleStoreContract,
         WorkerRegistryContract,
@@ -55,6 +56,7 @@ _EXPORTS = {
     "DispatcherContract": "tether.testing.contract",
     "WorkerRegistryContract": "tether.testing.contract",
     "ScheduleStoreContract": "tether.testing.contract",
+    "OverviewContract": "tether.testing.contract",
     "RepositoryStateMachine": "tether.testing.statemachine",
     "LockstepStateMachine": "tether.testing.statemachine",
 }
@@ -67,6 +69,7 @@ __all__ = [
     "FakeClock",
     "JobRun",
     "LockstepStateMachine",
+    "OverviewContract",
     "RepositoryContract",
     "RepositoryStateMachine",
     "ScheduleStoreContract",

@@ -12,6 +12,8 @@ of one part per concern, each in its own module:
 - :mod:`.maintenance`: ``reap``, ``retry_dead``, ``purge``;
 - :mod:`.cancellation`: ``cancel`` and ``cancel_many`` (an operator's cancel);
 - :mod:`.reads`: ``get``, ``find_by_key``, ``list_jobs``, ``count_by_status``;
+- :mod:`.overview`: the dashboard's bounded reads (``browse_jobs``, ``status_totals``,
+  ``queue_summaries``, ``finished_per_minute``);
 - :mod:`.worker_registry`: the worker registry (``record_worker``, ``list_workers``, ...) on
   ``tether_workers``;
 - :mod:`.schedules`: the schedule store (``record_schedule``, ``list_schedules``, ``enqueue_tick``)
@@ -40,6 +42,7 @@ from tether.adapters.sqlalchemy.enqueue import SqlEnqueue
 from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
 from tether.adapters.sqlalchemy.maintenance import SqlMaintenance
+from tether.adapters.sqlalchemy.overview import SqlOverview
 from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schedules import SqlSchedules
 from tether.adapters.sqlalchemy.schema import build_jobs_table, build_schedules_table, build_workers_table, status_is
@@ -58,6 +61,7 @@ class SqlAlchemyJobRepository(
     SqlMaintenance,
     SqlCancellation,
     SqlReads,
+    SqlOverview,
     SqlWorkerRegistry,
     JobRepository,
     WorkerRegistry,

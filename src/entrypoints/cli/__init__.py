@@ -1,7 +1,7 @@
 """The ``tether`` command line (Typer + rich): the root app, ``main``, and the command groups it registers.
 
 Commands: ``worker``, ``enqueue``, ``jobs list``, ``jobs show``, ``jobs why``, ``jobs cancel``, ``retry``,
-``purge``, ``reap``, ``db init``, ``db upgrade``, ``db version``, ``workers list``, ``schedules list``, ``demo``.  The store options they share, and the
+``purge``, ``reap``, ``db init``, ``db upgrade``, ``db version``, ``workers list``, ``schedules list``, ``dashboard``, ``demo``.  The store options they share, and the
 ``TETHER_*`` variables behind them, are in :mod:`~tether.entrypoints.cli.options`; how a command
 fails (one line on stderr, exit 2 for bad input, 1 for an unreachable server, 130 when
 interrupted) is in :mod:`~tether.entrypoints.cli.errors`; the label a bad value is reported under
@@ -16,7 +16,7 @@ The package, one module per command group:
 - ``values``: parsers of option values and the labels of their errors;
 - ``enqueue``, ``jobs`` (list, show, why; cancel from ``cancel``), ``maintenance`` (retry, purge,
   reap), ``db`` (init, upgrade, version), ``workers`` (list), ``schedules`` (list), ``worker``,
-  ``demo``: the commands.
+  ``dashboard``, ``demo``: the commands.
 
 Adding a command group: write ``cli/<group>.py`` holding its commands (take the store options
 from ``options``, print through ``output``, raise a :class:`~tether.domain.errors.TetherError`
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import typer
-from tether.entrypoints.cli import db, demo, enqueue, jobs, maintenance, schedules, worker, workers
+from tether.entrypoints.cli import dashboard, db, demo, enqueue, jobs, maintenance, schedules, worker, workers
 from tether.entrypoints.cli.enqueue import parse_payload, parse_run_at
 from tether.entrypoints.cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, OneLineErrors
 from tether.entrypoints.cli.output import PIPE_WIDTH, job_to_dict
@@ -81,6 +81,7 @@ COMMAND_GROUPS = (
     workers,
     schedules,
     worker,
+    dashboard,
     demo,
 )
 for _group in COMMAND_GROUPS:

@@ -1,0 +1,345 @@
+"""The dashboard's routes through Starlette's TestClient on the memory store: every page, every bad
+parameter (400, never 500), the guards of every action (401, 403, nothing changed), confirmation,
+audit lines, read-only, escaping, and no lease token anywhere."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.testclient import TestClient
+from tether.domain.errors import ConfigurationError, JobNotFound, ValidationError
+from tether.domain.job import JobStatus
+from tether.web import create_app
+
+from tests.web_support import PASSWORD, USER, client, dead_job, new_app, post, running_job, token_of
+
+PAGES = ["/", "/jobs", "/jobs?status=dead", "/jobs/1", "/queues", "/workers", "/schedules", "/purge"]
+
+
+# -- who may look ---------------------------------------------------------------------------------
+def test_create_app_refuses_to_build_an_open_dashboard() -> None:
+    app = new_app()
+    with pytest.raises(ConfigurationError, match="credentials"):
+        create_app(app)
+    with pytest.raises(ConfigurationError, match="credentials"):
+        create_app(app, username="ops", password="")
+    with pytest.raises(ConfigurationError, match="not both"):
+        create_app(app, authorize=lambda r: "x", username="ops", password="pw")
+    with pytest.raises(ValidationError, match="live_interval"):
+        create_app(app, username="ops", password="pw", live_interval=0)
+
+
+@pytest.mark.parametrize("path", PAGES + ["/events", "/static/dashboard.css"])
+def test_every_page_answers_401_without_the_right_credentials(path: str) -> None:
+    app = new_app()
+    app.enqueue("mail.send", {"n": 1})
+    c = client(app)
+    c.auth = None
+    answer = c.get(path)
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"].startswith("Basic")
+    assert "mail.send" not in answer.text
+    c.auth = (USER, PASSWORD + "x")
+    assert c.get(path).status_code == 401
+    c.auth = ("other", PASSWORD)
+    assert c.get(path).status_code == 401
+
+
+def test_an_authorize_hook_decides_and_names_the_user(caplog: pytest.LogCaptureFixture) -> None:
+    app = new_app()
+    job = dead_job(app)
+
+    async def authorize(request: Any) -> str | None:
+        return "alice" if request.headers.get("x-user") == "alice" else None
+
+    c = client(app, authorize=authorize)
+    assert c.get("/").status_code == 401
+    c.headers["x-user"] = "alice"
+    token = token_of(c)
+    with caplog.at_level(logging.INFO, logger="tether.web.audit"):
+        assert post(c, f"/jobs/{job.id}/retry", {"confirm": "yes"}, token=token).status_code == 303
+    assert f"alice retried job {job.id}" in caplog.text
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_renders_with_security_headers(path: str) -> None:
+    app = new_app()
+    dead_job(app)
+    answer = client(app).get(path)
+    assert answer.status_code == 200, answer.text
+    policy = answer.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert "<script>" not in answer.text  # only <script src=...>: no inline script
+    assert ' style="' not in answer.text  # no inline style either
+
+
+# -- what pages show -------------------------------------------------------------------------------
+def test_payloads_and_errors_are_escaped_and_no_secret_is_rendered() -> None:
+    app = new_app()
+    evil = "<script>alert('x')</script>"
+    job = dead_job(app, {"html": evil}, error=f"ValueError: {evil}")
+    running, token = running_job(app)
+    c = client(app)
+    page = c.get(f"/jobs/{job.id}").text
+    assert evil not in page and "&lt;script&gt;alert(" in page
+    listing = c.get("/jobs").text
+    assert evil not in listing and "&lt;script&gt;" in listing
+    detail = c.get(f"/jobs/{running.id}").text
+    assert "w-holder" in detail  # the lease holder is shown ...
+    for path in (f"/jobs/{running.id}", "/jobs", "/jobs?status=running", "/"):
+        assert token not in c.get(path).text  # ... never its token
+    assert PASSWORD not in c.get("/").text and "memory://" not in c.get("/").text
+
+
+def test_the_overview_counts_statuses_and_queues_and_draws_finished_jobs() -> None:
+    app = new_app()
+    for i in range(3):
+        app.enqueue("mail.send", {"i": i}, queue="mail")
+    dead_job(app)
+    page = client(app).get("/").text
+    assert 'data-live="status.queued">3<' in page and 'data-live="status.dead">1<' in page
+    assert 'data-live="queue.mail.queued">3<' in page
+    assert '<svg class="chart"' in page and '<rect class="dead"' in page
+
+
+def test_job_pages_walk_every_job_once_newest_first_by_cursor() -> None:
+    app = new_app()
+    for i in range(23):
+        app.enqueue("mail.send", {"i": i})
+    c = client(app)
+    seen: list[int] = []
+    path = "/jobs?limit=10"
+    while path:
+        page = c.get(path).text
+        seen += [int(x) for x in re.findall(r'<a href="/jobs/(\d+)">', page)]
+        found = re.search(r'rel="next" href="([^"]+)"', page)
+        path = found.group(1).replace("&amp;", "&") if found else ""
+    assert seen == list(range(23, 0, -1))
+
+
+def test_find_opens_a_job_by_id_or_key() -> None:
+    app = new_app()
+    job = app.enqueue("mail.send", {}, idempotency_key="order-42").job
+    c = client(app)
+    assert c.get(f"/jobs?find={job.id}", follow_redirects=False).headers["location"] == f"/jobs/{job.id}"
+    assert c.get("/jobs?find=order-42", follow_redirects=False).headers["location"] == f"/jobs/{job.id}"
+    missing = c.get("/jobs?find=<b>nope</b>")
+    assert missing.status_code == 404 and "<b>nope" not in missing.text
+
+
+@pytest.mark.parametrize(
+    ("path", "names"),
+    [
+        ("/jobs?status=exploded", "status"),
+        ("/jobs?limit=1000000", "limit"),
+        ("/jobs?limit=-1", "limit"),
+        ("/jobs?limit=0", "limit"),
+        ("/jobs?limit=1e6", "limit"),
+        ("/jobs?before=abc", "before"),
+        ("/jobs?before=-5", "before"),
+        ("/jobs?before=99999999999999999999999", "before"),
+        ("/jobs?offset=-10", "offset"),
+        ("/jobs?offset=100", "offset"),
+        ("/jobs?queue=bad%20queue!", "queue"),
+        ("/jobs?job_type=%00", "job_type"),
+        ("/jobs?find=", "find"),
+        ("/jobs/abc", "job_id"),
+        ("/jobs/-1", "job_id"),
+        ("/jobs/0", "job_id"),
+    ],
+)
+def test_a_bad_page_parameter_is_a_400_naming_it(path: str, names: str) -> None:
+    app = new_app()
+    answer = client(app).get(path)
+    assert answer.status_code == 400, answer.text
+    assert f"{names}:" in answer.text
+
+
+def test_an_unknown_job_is_a_404() -> None:
+    assert client(new_app()).get("/jobs/12345").status_code == 404
+
+
+def test_static_serves_the_stylesheet_and_the_script_only() -> None:
+    c = client(new_app())
+    script = c.get("/static/live.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert "EventSource" in script.text
+    assert c.get("/static/dashboard.css").headers["content-type"].startswith("text/css")
+    for other in ("/static/__init__.py", "/static/../app.py", "/static/%2e%2e%2fapp.py", "/static/x.js"):
+        assert c.get(other).status_code == 404, other
+
+
+def test_pages_for_what_this_tether_lacks_say_so() -> None:
+    app = new_app()
+    dead_job(app)
+    c = client(app)
+    assert "keeps no schedules" in c.get("/schedules").text
+    assert "not available in this version" in c.get("/queues").text
+    assert "records no attempt history" in c.get("/jobs/1").text
+
+
+# -- actions ---------------------------------------------------------------------------------------
+def test_retry_asks_for_confirmation_then_retries_and_logs_who(caplog: pytest.LogCaptureFixture) -> None:
+    app = new_app()
+    job = dead_job(app)
+    c = client(app)
+    token = token_of(c, f"/jobs/{job.id}")
+    asked = post(c, f"/jobs/{job.id}/retry", token=token)
+    assert asked.status_code == 200 and f"Retry job {job.id}?" in asked.text and 'value="yes"' in asked.text
+    assert app.get(job.id).status is JobStatus.DEAD  # nothing yet
+    with caplog.at_level(logging.INFO, logger="tether.web.audit"):
+        done = post(c, f"/jobs/{job.id}/retry", {"confirm": "yes"}, token=token)
+    assert done.status_code == 303 and done.headers["location"] == f"/jobs/{job.id}?done=retry"
+    assert app.get(job.id).status is JobStatus.QUEUED
+    assert f"{USER} retried job {job.id}" in caplog.text
+    assert "Job queued again." in c.get(done.headers["location"]).text
+
+
+@pytest.mark.parametrize(
+    ("token", "headers", "reason"),
+    [
+        (None, {}, "CSRF"),
+        ("forged-token-forged-token-forged-token", {}, "CSRF"),
+        ("GOOD", {"origin": "http://evil.example"}, "origin"),
+        ("GOOD", {"sec-fetch-site": "cross-site"}, "cross-site"),
+    ],
+    ids=["no-token", "wrong-token", "other-origin", "cross-site"],
+)
+def test_a_forged_post_is_refused_403_and_changes_nothing(token: str | None, headers: dict[str, str], reason: str) -> None:
+    app = new_app()
+    job = dead_job(app)
+    queued = app.enqueue("mail.send", {}).job
+    c = client(app)
+    good = token_of(c)
+    given = good if token == "GOOD" else token
+    for path, data in [(f"/jobs/{job.id}/retry", {"confirm": "yes"}), (f"/jobs/{queued.id}/cancel", {"confirm": "yes"}),
+                       ("/jobs/retry", {"confirm": "yes", "job_id": str(job.id)}),
+                       ("/purge", {"confirm": "yes", "older_than": "2999-01-01"}), ("/queues/default/pause", {"confirm": "yes"})]:
+        answer = post(c, path, data, token=given, **headers)
+        assert answer.status_code == 403, (path, answer.text)
+        assert reason in answer.text
+    assert app.get(job.id).status is JobStatus.DEAD and app.get(queued.id).status is JobStatus.QUEUED
+
+
+def test_the_csrf_cookie_is_httponly_and_strict() -> None:
+    c = client(new_app())
+    cookie = c.get("/").headers["set-cookie"]
+    assert cookie.startswith("tether_csrf=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+
+
+def test_cancel_and_bulk_retry_and_purge() -> None:
+    app = new_app()
+    first, second = dead_job(app), dead_job(app)
+    waiting = app.enqueue("mail.send", {}).job
+    c = client(app)
+    token = token_of(c, "/jobs?status=dead")
+    assert post(c, f"/jobs/{waiting.id}/cancel", {"confirm": "yes"}, token=token).status_code == 303
+    assert app.get(waiting.id).status is JobStatus.CANCELLED
+    assert post(c, f"/jobs/{waiting.id}/cancel", {"confirm": "yes"}, token=token).status_code == 409  # finished already
+    asked = post(c, "/jobs/retry", {"job_id": [str(first.id), str(second.id)]}, token=token)
+    assert asked.status_code == 200 and "Retry 2 selected job(s)?" in asked.text
+    done = post(c, "/jobs/retry", {"job_id": [str(first.id), str(second.id)], "confirm": "yes"}, token=token)
+    assert done.status_code == 303
+    assert {app.get(first.id).status, app.get(second.id).status} == {JobStatus.QUEUED}
+    assert post(c, "/purge", {"older_than": "yesterday"}, token=token).status_code == 400
+    assert post(c, "/purge", {"older_than": "2000-01-01T00:00:00"}, token=token).status_code == 400  # no offset
+    assert post(c, "/purge", {"older_than": "2999-01-01", "confirm": "yes"}, token=token).status_code == 303
+    with pytest.raises(JobNotFound):
+        app.get(waiting.id)  # the cancelled job finished before 2999: purged
+
+
+def test_bulk_retry_refuses_bad_selections() -> None:
+    app = new_app()
+    c = client(app)
+    token = token_of(c)
+    assert post(c, "/jobs/retry", {}, token=token).status_code == 400
+    assert post(c, "/jobs/retry", {"job_id": "x"}, token=token).status_code == 400
+    assert post(c, "/jobs/retry", {"job_id": [str(i) for i in range(1, 502)]}, token=token).status_code == 400
+
+
+def test_pausing_a_queue_is_501_until_the_app_can_pause() -> None:
+    app = new_app()
+    c = client(app)
+    token = token_of(c)
+    answer = post(c, "/queues/default/pause", {"confirm": "yes"}, token=token)
+    assert answer.status_code == 501 and "pause" in answer.text
+    assert post(c, "/queues/bad%20name/resume", {"confirm": "yes"}, token=token).status_code == 400
+
+
+def test_queue_actions_use_the_apps_pause_when_it_has_one() -> None:
+    app = new_app()
+    calls: list[tuple[str, str]] = []
+    app.pause_queue = lambda name: calls.append(("pause", name))  # type: ignore[attr-defined]
+    app.resume_queue = lambda name: calls.append(("resume", name))  # type: ignore[attr-defined]
+    app.enqueue("mail.send", {}, queue="mail")
+    c = client(app)
+    token = token_of(c, "/queues")
+    assert "/queues/mail/pause" in c.get("/queues").text
+    assert post(c, "/queues/mail/pause", {"confirm": "yes"}, token=token).status_code == 303
+    assert post(c, "/queues/mail/resume", {"confirm": "yes"}, token=token).status_code == 303
+    assert calls == [("pause", "mail"), ("resume", "mail")]
+
+
+def test_read_only_hides_and_refuses_every_action() -> None:
+    app = new_app()
+    job = dead_job(app)
+    c = client(app, read_only=True)
+    page = c.get(f"/jobs/{job.id}").text
+    assert f"/jobs/{job.id}/retry" not in page and "read-only" in page
+    assert 'action="/jobs/retry"' not in c.get("/jobs?status=dead").text
+    token = token_of(c)
+    answer = post(c, f"/jobs/{job.id}/retry", {"confirm": "yes"}, token=token)
+    assert answer.status_code == 403 and "read-only" in answer.text
+    assert app.get(job.id).status is JobStatus.DEAD
+
+
+def test_mounted_under_a_path_its_links_and_cookie_follow() -> None:
+    app = new_app()
+    job = dead_job(app)
+    outer = Starlette(routes=[Mount("/ops/tether", create_app(app, username=USER, password=PASSWORD))])
+    c = TestClient(outer, base_url="http://testserver")
+    c.auth = (USER, PASSWORD)
+    page = c.get(f"/ops/tether/jobs/{job.id}")
+    assert page.status_code == 200
+    assert 'href="/ops/tether/static/dashboard.css"' in page.text and f'action="/ops/tether/jobs/{job.id}/retry"' in page.text
+    assert "Path=/ops/tether" in page.headers["set-cookie"]
+    token = token_of(c, f"/ops/tether/jobs/{job.id}")
+    done = post(c, f"/ops/tether/jobs/{job.id}/retry", {"confirm": "yes"}, token=token)
+    assert done.headers["location"] == f"/ops/tether/jobs/{job.id}?done=retry"
+
+
+class JobPortOnly:
+    """A repository with the job port and the registry but no overview reads (a third party's)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("browse_jobs", "status_totals", "queue_summaries", "finished_per_minute"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_store_without_the_overview_port_still_shows_counts_and_jobs_by_id() -> None:
+    from tether import Tether
+    from tether.adapters.clock import SystemClock
+    from tether.adapters.memory import InMemoryJobRepository
+    from tether.adapters.polling import PollingDispatcher
+
+    inner = InMemoryJobRepository()
+    clock = SystemClock()
+    app = Tether(JobPortOnly(inner), PollingDispatcher(inner, clock), clock)  # type: ignore[arg-type]
+    app.register("mail.send", lambda payload: None)
+    job = app.enqueue("mail.send", {"n": 1}).job
+    c = client(app)
+    overview = c.get("/")
+    assert overview.status_code == 200 and 'data-live="status.queued">1<' in overview.text
+    assert "does not report finished jobs" in overview.text
+    assert "cannot list jobs page by page" in c.get("/jobs").text
+    assert c.get(f"/jobs/{job.id}").status_code == 200
