@@ -124,8 +124,8 @@ class SqlFencedWrites(SqlReads):
             "snooze": or_cancelled("CAST(:p_given_back AS text)"),
         }[kind]
         error = "CAST(:p_attempt_error AS text)" if kind in ("retry", "dead") else "NULL"
-        ended = "CAST(:p_ended AS text)" if self._dialect == "postgresql" else ":p_ended"
-        return append_sql(self._dialect, outcome=outcome, error=error, ended=ended, named=True)
+        ended = "CAST(:p_ended AS timestamptz)" if self._dialect == "postgresql" else ":p_ended"
+        return append_sql(self._dialect, outcome=outcome, error=error, ended=ended)
 
     def _history_params(
         self, now: datetime, error: str | None = None, given_back: AttemptOutcome | None = None

@@ -6,15 +6,18 @@ PostgreSQL, JSON text on SQLite.  Each entry is one object::
     {"attempt": 2, "worker": "host-1:4242", "started": ..., "ended": ..., "outcome": "failed",
      "error": "ValueError: ..."}
 
-with times as each database stores its times: ISO 8601 UTC text with microseconds on PostgreSQL
-(``"2026-01-01T00:00:00.000000+00:00"``), integer microseconds since the epoch on SQLite.
+with times as each database writes them: on PostgreSQL as it puts a ``timestamptz`` into JSON,
+ISO 8601 text with the writing session's UTC offset (``"2026-01-01T00:00:00.25+00:00"``: the
+instant is exact whatever the session's ``TimeZone``); on SQLite integer microseconds since the
+epoch, as its time columns.
 
 The entry is appended by the very statement that ends the attempt (:func:`append_sql`: a fenced
 outcome write, a batch completion, the reaper), computed in SQL from the row as it was before the
 update (``attempts``, ``leased_by``, ``leased_at``, the cancellation request), so it costs no
-extra round trip: on PostgreSQL a ``jsonb`` concatenation, with the oldest entry dropped
-(``history - 0``) only when :data:`~tether.domain.history.HISTORY_LIMIT` entries are there
-already; on SQLite ``json_insert(..., '$[#]', ...)`` and ``json_remove(..., '$[0]')``.
+extra round trip: on PostgreSQL a one-entry ``jsonb`` array for a row's first ended attempt, a
+``jsonb`` concatenation after that, with the oldest entry dropped (``history - 0``) only when
+:data:`~tether.domain.history.HISTORY_LIMIT` entries are there already; on SQLite
+``json_array``, ``json_insert(..., '$[#]', ...)`` and ``json_remove(..., '$[0]')``.
 """
 
 from __future__ import annotations
@@ -29,9 +32,6 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 from tether.domain.history import HISTORY_LIMIT, Attempt, AttemptOutcome
 from tether.domain.timeutil import UTC, from_micros, to_micros
-
-#: ``{col}`` (a timestamptz) as ``datetime.isoformat(timespec="microseconds")`` of it in UTC.
-_PG_ISO = "to_char({col} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') || '+00:00'"
 
 #: The outcome of a holder's write when the row carries a cancellation request, else ``{other}``.
 _OR_CANCELLED = "CASE WHEN {r}cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE {other} END"
@@ -60,12 +60,17 @@ class HistoryJson(TypeDecorator[Any]):
         return value
 
 
+_OUTCOMES = {outcome.value: outcome for outcome in AttemptOutcome}
+
+
 def _time(value: Any) -> datetime | None:
+    """An entry's time: integer microseconds (SQLite) or ISO 8601 text with an offset (PostgreSQL)."""
     if value is None:
         return None
     if isinstance(value, int):
         return from_micros(value)
-    return datetime.fromisoformat(value).astimezone(UTC)
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
 
 
 def history_from_json(value: Any) -> tuple[Attempt, ...]:
@@ -81,15 +86,22 @@ def history_from_json(value: Any) -> tuple[Attempt, ...]:
             worker_id=entry.get("worker"),
             started_at=_time(entry.get("started")),
             ended_at=_time(entry["ended"]),  # type: ignore[arg-type]
-            outcome=AttemptOutcome(entry["outcome"]),
+            outcome=_OUTCOMES[entry["outcome"]],
             error=entry.get("error"),
         )
         for entry in value
     )
 
 
-def time_value(dialect: str, value: datetime) -> str | int:
-    """``value`` (aware UTC) as a history entry stores it on ``dialect``."""
+def time_value(dialect: str, value: datetime) -> datetime | int:
+    """``value`` (aware UTC) as a statement passes it for a history entry on ``dialect``: the
+    datetime itself on PostgreSQL (a ``timestamptz``), integer microseconds on SQLite."""
+    if dialect == "postgresql":
+        return value
+    return to_micros(value)
+
+
+def _stored_time(dialect: str, value: datetime) -> str | int:
     if dialect == "postgresql":
         return value.astimezone(UTC).isoformat(timespec="microseconds")
     return to_micros(value)
@@ -103,8 +115,8 @@ def history_to_json(history: tuple[Attempt, ...], dialect: str) -> list[dict[str
         {
             "attempt": a.number,
             "worker": a.worker_id,
-            "started": None if a.started_at is None else time_value(dialect, a.started_at),
-            "ended": time_value(dialect, a.ended_at),
+            "started": None if a.started_at is None else _stored_time(dialect, a.started_at),
+            "ended": _stored_time(dialect, a.ended_at),
             "outcome": a.outcome.value,
             "error": a.error,
         }
@@ -118,40 +130,38 @@ def or_cancelled(other: str, row: str = "") -> str:
     return _OR_CANCELLED.format(r=f"{row}." if row else "", other=other)
 
 
-def append_sql(dialect: str, *, outcome: str, error: str, ended: str, row: str = "", named: bool = False) -> str:
+def append_sql(dialect: str, *, outcome: str, error: str, ended: str, row: str = "") -> str:
     """SQL of ``history`` with the row's running attempt appended as ended, trimmed to
     :data:`~tether.domain.history.HISTORY_LIMIT` entries (see the module docstring).
+
+    The common cases cost least: a row without history (its first attempt) builds a one-entry
+    array, a row below the bound appends; only a full one drops its oldest entry first.
 
     Args:
         dialect: ``"postgresql"`` or ``"sqlite"``.
         outcome, error: SQL of the entry's outcome and error text (``NULL`` for none).
-        ended: SQL of the end time in the entry's form (:func:`time_value`), usually a parameter.
+        ended: SQL of the end time: a ``timestamptz`` on PostgreSQL, integer microseconds on SQLite.
         row: the table's alias in the statement ('' for none).
-        named: the statement goes through SQLAlchemy's ``text()`` (``:name`` parameters), so the
-            colons of the SQL's own literals are escaped.
     """
     r = f"{row}." if row else ""
     if dialect == "postgresql":
-        started = _PG_ISO.format(col=f"{r}leased_at")
-        if named:
-            started = started.replace(":", "\\:")
-        current = f"coalesce({r}history, CAST('[]' AS jsonb))"
         entry = (
-            f"jsonb_build_object('attempt', {r}attempts, 'worker', {r}leased_by, 'started', {started}, "
+            f"jsonb_build_object('attempt', {r}attempts, 'worker', {r}leased_by, 'started', {r}leased_at, "
             f"'ended', {ended}, 'outcome', {outcome}, 'error', {error})"
         )
         return (
-            f"(CASE WHEN jsonb_array_length({current}) >= {HISTORY_LIMIT} THEN {current} - 0 ELSE {current} END) "
-            f"|| jsonb_build_array({entry})"
+            f"CASE WHEN {r}history IS NULL THEN jsonb_build_array({entry}) "
+            f"WHEN jsonb_array_length({r}history) < {HISTORY_LIMIT} THEN {r}history || jsonb_build_array({entry}) "
+            f"ELSE ({r}history - 0) || jsonb_build_array({entry}) END"
         )
-    current = f"coalesce({r}history, '[]')"
     entry = (
         f"json_object('attempt', {r}attempts, 'worker', {r}leased_by, 'started', {r}leased_at, "
         f"'ended', {ended}, 'outcome', {outcome}, 'error', {error})"
     )
     return (
-        f"json_insert(CASE WHEN json_array_length({current}) >= {HISTORY_LIMIT} THEN json_remove({current}, '$[0]') "
-        f"ELSE {current} END, '$[#]', {entry})"
+        f"CASE WHEN {r}history IS NULL THEN json_array({entry}) "
+        f"WHEN json_array_length({r}history) < {HISTORY_LIMIT} THEN json_insert({r}history, '$[#]', {entry}) "
+        f"ELSE json_insert(json_remove({r}history, '$[0]'), '$[#]', {entry}) END"
     )
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from sqlalchemy import Text, cast, func, literal, select, text
 from sqlalchemy.engine import Connection, Row
-from tether.adapters.sqlalchemy.history_sql import append_sql, or_cancelled, time_value
+from tether.adapters.sqlalchemy.history_sql import append_sql, or_cancelled
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
@@ -141,8 +141,8 @@ class PgLeases(PgConnections):
         statement = self._statements.get("complete_many")
         if statement is None:  # built once: rebuilding a text() costs a cache-key walk per call
             history = append_sql(
-                "postgresql", outcome=or_cancelled("'completed'", "j"), error="NULL", ended="CAST(:ended AS text)",
-                row="j", named=True,
+                "postgresql", outcome=or_cancelled("'completed'", "j"), error="NULL", ended="CAST(:now AS timestamptz)",
+                row="j",
             )
             statement = text(
                 f"UPDATE {self._qualified_table} AS j SET status = {COMPLETED_OR_CANCELLED}, finished_at = :now, lease_token = NULL, "
@@ -153,9 +153,7 @@ class PgLeases(PgConnections):
             ).columns(*self.table.c, fenced_token=Text())
             self._statements["complete_many"] = statement
         rows = conn.execute(  # .all(): one fetchall, not a fetchone per row
-            statement,
-            {"now": now, "ended": time_value("postgresql", now), "ids": [i for i, _ in items],
-             "tokens": [tok for _, tok in items]},
+            statement, {"now": now, "ids": [i for i, _ in items], "tokens": [tok for _, tok in items]}
         ).all()
         return {(int(row.id), row.fenced_token): row for row in rows}
 
@@ -174,7 +172,7 @@ class PgLeases(PgConnections):
             columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
             chosen, update = self._lease_parts(shape)
             history = append_sql(
-                "postgresql", outcome=or_cancelled("'completed'", "j"), error="NULL", ended="CAST(%(p_ended)s AS text)",
+                "postgresql", outcome=or_cancelled("'completed'", "j"), error="NULL", ended="CAST(%(p_now)s AS timestamptz)",
                 row="j",
             )
             sql = self._statements[key] = (
@@ -219,7 +217,7 @@ class PgLeases(PgConnections):
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         sql = self._complete_and_lease_sql(self._queue_shape(queues))
         batch = [(int(job_id), str(token)) for job_id, token in items]
-        base = {**self._lease_params(queues, worker_id, now, lease_timeout, limit), "p_ended": time_value("postgresql", now)}
+        base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
         done: dict[tuple[int, str], Job | LeaseLost] = {}
         for attempt in range(self.retry_attempts):
             secret = secrets.token_hex(16)

@@ -50,18 +50,17 @@ REAP_ERROR_SQL = (
 )
 
 
-#: The row ``j``'s history with its attempt appended as ended at ``%(p_ended)s``: ``lease_lost``
+#: The row ``j``'s history with its attempt appended as ended at ``%(p_now)s``: ``lease_lost``
 #: (``cancelled`` when a cancellation was requested), the error :data:`REAP_ERROR_SQL`.
 REAP_HISTORY_SQL = append_sql(
-    "postgresql", outcome=or_cancelled("'lease_lost'", "j"), error=REAP_ERROR_SQL, ended="CAST(%(p_ended)s AS text)",
+    "postgresql", outcome=or_cancelled("'lease_lost'", "j"), error=REAP_ERROR_SQL, ended="CAST(%(p_now)s AS timestamptz)",
     row="j",
 )
 
 
 def reap_statement(table: str, columns: tuple[str, ...]) -> str:
     """The reap statement on ``table`` (a quoted, schema-qualified name), with psycopg parameters
-    ``%(p_now)s`` (aware UTC datetime), ``%(p_ended)s`` (the same instant as a history entry
-    stores it: :func:`.history_sql.time_value`) and ``%(p_limit)s`` (int).
+    ``%(p_now)s`` (aware UTC datetime) and ``%(p_limit)s`` (int).
 
     Rows come back as ``columns`` of the written row (in that order), then the expiry of the lease
     that was taken back (the order of a pass: ``lease_expires_at``, then id).

@@ -39,7 +39,6 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.engine import URL, Connection, Engine
 from tether.adapters.sqlalchemy import pg_reap
-from tether.adapters.sqlalchemy.history_sql import time_value
 from tether.adapters.sqlalchemy.pg_connections import (
     DEFAULT_POOL_SIZE,
     create_postgres_engine,
@@ -106,7 +105,7 @@ class PostgresJobRepository(PgEnqueue, PgLeases):
         sql = self._statements.get("reap")
         if sql is None:
             sql = self._statements["reap"] = pg_reap.reap_statement(self._qualified_table, JOB_COLUMNS)
-        rows = conn.exec_driver_sql(sql, {"p_now": now, "p_ended": time_value("postgresql", now), "p_limit": limit}).all()
+        rows = conn.exec_driver_sql(sql, {"p_now": now, "p_limit": limit}).all()
         return [job_from_tuple(row) for row in sorted(rows, key=lambda row: (row[-1], row[0]))]
 
 
