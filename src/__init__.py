@@ -19,6 +19,8 @@ _EXPORTS = {
     "JobContext": "tether.entrypoints.context",
     "WorkerPool": "tether.entrypoints.worker",
     "Job": "tether.domain.job",
+    "Attempt": "tether.domain.history",
+    "AttemptOutcome": "tether.domain.history",
     "JobStatus": "tether.domain.job",
     "EnqueueResult": "tether.domain.job",
     "RetryPolicy": "tether.domain.retry",

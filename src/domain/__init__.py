@@ -15,12 +15,15 @@ from tether.domain.errors import (
     TetherError,
     ValidationError,
 )
+from tether.domain.history import Attempt, AttemptOutcome
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import Lease, check_fence, holds_lease, new_lease_token, without_token
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "Attempt",
+    "AttemptOutcome",
     "ConfigurationError",
     "EnqueueResult",
     "InvalidTransition",

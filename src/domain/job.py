@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 from tether.domain.errors import ValidationError
+from tether.domain.history import Attempt
 from tether.domain.limits import MAX_ATTEMPTS_LIMIT, PRIORITY_MAX, PRIORITY_MIN
 
 
@@ -109,6 +110,8 @@ class Job:
         cancel_requested_at: when an operator asked to cancel it (aware UTC), else None; set only
             on a ``running`` job (its holder's next outcome write records ``cancelled``) and kept
             on the ``cancelled`` job.
+        history: how its attempts ended, oldest first, the newest
+            :data:`~tether.domain.history.HISTORY_LIMIT` kept (:mod:`tether.domain.history`).
     """
 
     id: int
@@ -129,6 +132,7 @@ class Job:
     last_error: str | None = None
     finished_at: datetime | None = None
     cancel_requested_at: datetime | None = None
+    history: tuple[Attempt, ...] = ()
 
     @property
     def payload(self) -> Any:

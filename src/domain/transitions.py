@@ -34,6 +34,9 @@ dead,
 cancelled
 ==========  ==============================================  =====================
 
+Every move out of ``running`` (a holder's outcome, the reaper) also appends the attempt it ends
+to ``history`` (:func:`ended`, :mod:`tether.domain.history`): the same write records both.
+
 A cancellation request (``cancel_requested_at``) lives only on a ``running`` job: every outcome its
 holder writes (complete, fail, dead-letter, release, snooze) records ``cancelled`` instead, at
 ``now``, with the attempt count as it is; a failure's error is kept as ``last_error``, the others
@@ -49,6 +52,7 @@ from datetime import datetime, timedelta
 import attrs
 from tether.domain.errors import InvalidTransition
 from tether.domain.failure import sanitize_text
+from tether.domain.history import Attempt, AttemptOutcome, attempt_error, failure_outcomes, with_attempt
 from tether.domain.job import RETRYABLE_STATUSES, Job, JobStatus, NewJob
 from tether.domain.lease import check_fence
 from tether.domain.retry import RetryPolicy
@@ -106,7 +110,24 @@ def cancelled_outcome(job: Job, *, now: datetime, error: str | None = None) -> J
     ``cancelled`` at ``now``, lease cleared, attempts as they are, ``last_error`` set to ``error``
     when one is given (a failure, an expired lease) and kept otherwise."""
     changes = {} if error is None else {"last_error": error}
-    return attrs.evolve(job, status=JobStatus.CANCELLED, finished_at=now, **_NO_LEASE, **changes)
+    return attrs.evolve(
+        job, status=JobStatus.CANCELLED, finished_at=now, history=ended(job, now, AttemptOutcome.CANCELLED, error),
+        **_NO_LEASE, **changes,
+    )
+
+
+def ended(job: Job, now: datetime, outcome: AttemptOutcome, error: str | None = None) -> tuple[Attempt, ...]:
+    """The history of running ``job`` with its current attempt appended as ended at ``now`` with
+    ``outcome`` (and ``error``, cut to the entry's bound)."""
+    attempt = Attempt(
+        number=job.attempts,
+        worker_id=job.leased_by,
+        started_at=job.leased_at,
+        ended_at=now,
+        outcome=outcome,
+        error=None if error is None else attempt_error(error),
+    )
+    return with_attempt(job.history, attempt)
 
 
 def cancel(job: Job, *, now: datetime) -> Job:
@@ -135,7 +156,9 @@ def complete(job: Job, *, token: str, now: datetime) -> Job:
     check_fence(job, token)
     if cancel_requested(job):
         return cancelled_outcome(job, now=now)
-    return attrs.evolve(job, status=JobStatus.COMPLETED, finished_at=now, **_NO_LEASE)
+    return attrs.evolve(
+        job, status=JobStatus.COMPLETED, finished_at=now, history=ended(job, now, AttemptOutcome.COMPLETED), **_NO_LEASE
+    )
 
 
 def next_retry_at(
@@ -156,15 +179,23 @@ def fail(job: Job, *, token: str, now: datetime, error: str, retry_at: datetime 
 
     The job becomes ``retrying`` due at ``retry_at`` when ``retry_at`` is given and attempts are
     left; otherwise ``dead`` at ``now``; ``cancelled`` at ``now`` when a cancellation was
-    requested (``last_error`` is ``error`` in every case).  Raises LeaseLost.
+    requested (``last_error`` is ``error`` in every case).  The attempt's entry is ``failed``,
+    ``dead`` or ``cancelled`` (``timed_out`` for a time limit's error:
+    :func:`~tether.domain.history.failure_outcomes`).  Raises LeaseLost.
     """
     check_fence(job, token)
     error = sanitize_text(error)
     if cancel_requested(job):
         return cancelled_outcome(job, now=now, error=error)
+    if_retrying, if_dead = failure_outcomes(error)
     if retry_at is not None and job.attempts < job.max_attempts:
-        return attrs.evolve(job, status=JobStatus.RETRYING, scheduled_at=retry_at, last_error=error, **_NO_LEASE)
-    return attrs.evolve(job, status=JobStatus.DEAD, finished_at=now, last_error=error, **_NO_LEASE)
+        return attrs.evolve(
+            job, status=JobStatus.RETRYING, scheduled_at=retry_at, last_error=error,
+            history=ended(job, now, if_retrying, error), **_NO_LEASE,
+        )
+    return attrs.evolve(
+        job, status=JobStatus.DEAD, finished_at=now, last_error=error, history=ended(job, now, if_dead, error), **_NO_LEASE
+    )
 
 
 def dead_letter(job: Job, *, token: str, now: datetime, error: str) -> Job:
@@ -189,21 +220,30 @@ def release(job: Job, *, token: str, now: datetime) -> Job:
     failure, and a job must not go dead because of deploys.  For the same reason ``last_error``
     is left as it was: it holds the job's last real failure (or None), never a note about the
     release, so a released job that later completes does not read as having failed.  A job whose
-    cancellation was requested is ``cancelled`` instead.  Raises LeaseLost.
+    cancellation was requested is ``cancelled`` instead.  The attempt's entry is ``released``.
+    Raises LeaseLost.
     """
-    return snooze(job, token=token, now=now, until=now)
+    return _give_back(job, token, now, now, AttemptOutcome.RELEASED)
 
 
 def snooze(job: Job, *, token: str, now: datetime, until: datetime) -> Job:
     """The holder gives the job back to run later (``tether.Snooze``, or a worker without its
     handler): ``queued``, due at ``until``, lease cleared, the attempt given back
     (``attempts - 1``), ``last_error`` left as it was: like :func:`release`, not a failure.
-    A job whose cancellation was requested is ``cancelled`` at ``now`` instead.  Raises LeaseLost.
+    A job whose cancellation was requested is ``cancelled`` at ``now`` instead.  The attempt's
+    entry is ``snoozed``.  Raises LeaseLost.
     """
+    return _give_back(job, token, now, until, AttemptOutcome.SNOOZED)
+
+
+def _give_back(job: Job, token: str, now: datetime, until: datetime, outcome: AttemptOutcome) -> Job:
     check_fence(job, token)
     if cancel_requested(job):
         return cancelled_outcome(job, now=now)
-    return attrs.evolve(job, status=JobStatus.QUEUED, attempts=max(job.attempts - 1, 0), scheduled_at=until, **_NO_LEASE)
+    return attrs.evolve(
+        job, status=JobStatus.QUEUED, attempts=max(job.attempts - 1, 0), scheduled_at=until,
+        history=ended(job, now, outcome), **_NO_LEASE,
+    )
 
 
 def reap_error(job: Job) -> str:
@@ -225,7 +265,8 @@ def reap(job: Job, *, now: datetime, token: str) -> Job:
     An expired lease counts as a failed attempt: the job is ``retrying``, due at once, or
     ``dead`` when its attempts are used up, so a job that kills its worker every time ends
     (case C05).  A job whose cancellation was requested is ``cancelled`` at ``now`` (never
-    brought back); ``last_error`` is :func:`reap_error` in every case.
+    brought back); ``last_error`` is :func:`reap_error` in every case, and so is the error of the
+    attempt's entry (``lease_lost``, or ``cancelled``).
 
     Raises:
         LeaseLost: the job is no longer running under ``token`` (it finished or was re-leased).
@@ -237,9 +278,12 @@ def reap(job: Job, *, now: datetime, token: str) -> Job:
     error = reap_error(job)
     if cancel_requested(job):
         return cancelled_outcome(job, now=now, error=error)
+    history = ended(job, now, AttemptOutcome.LEASE_LOST, error)
     if job.attempts < job.max_attempts:
-        return attrs.evolve(job, status=JobStatus.RETRYING, scheduled_at=now, last_error=error, **_NO_LEASE)
-    return attrs.evolve(job, status=JobStatus.DEAD, finished_at=now, last_error=error, **_NO_LEASE)
+        return attrs.evolve(
+            job, status=JobStatus.RETRYING, scheduled_at=now, last_error=error, history=history, **_NO_LEASE
+        )
+    return attrs.evolve(job, status=JobStatus.DEAD, finished_at=now, last_error=error, history=history, **_NO_LEASE)
 
 
 def retry_dead(job: Job, *, now: datetime) -> Job:

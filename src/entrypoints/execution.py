@@ -12,7 +12,9 @@ that the test kit's :func:`tether.testing.drain` runs jobs through exactly the s
 - the handler returns: ``complete``;
 - the handler raises :class:`~tether.domain.snooze.Snooze`: ``snooze`` (``queued``, due that many
   seconds later, the attempt given back, ``last_error`` kept);
-- the handler raises :class:`~tether.domain.errors.PermanentError`: ``dead`` at once;
+- the handler raises :class:`~tether.domain.errors.PermanentError`: ``dead`` at once; so does a
+  handler that returns a coroutine or generator instead of running (a plain wrapper around an
+  ``async def``, which registration could not see: :func:`~tether.entrypoints.handlers.refuse_unrunnable`);
 - the handler raises anything else (even an exception that cannot be printed, case C18):
   ``fail`` with ``retry_at`` from the retry policy (backoff + jitter,
   :func:`tether.domain.transitions.next_retry_at`); the repository makes it ``retrying``, or
@@ -35,6 +37,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
+import types
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -183,10 +186,9 @@ def execute_job(
 
     try:
         payload = job.payload
-        if spec.takes_context:
-            spec.func(payload, ctx)
-        else:
-            spec.func(payload)
+        result = spec.func(payload, ctx) if spec.takes_context else spec.func(payload)
+        if result is not None and isinstance(result, _UNRUN_BODIES):
+            raise _unrun_body(spec, result)
     except Snooze as snooze:
         return _snoozed(job, ctx, snooze, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
     except BaseException as exc:  # noqa: BLE001 - any handler error is the job's failure
@@ -199,6 +201,23 @@ def execute_job(
     if written is None:
         return Execution(job, Outcome.NOT_RECORDED)
     return Execution(written, _given_back(written, Outcome.COMPLETED))
+
+
+#: What a handler returns when its call did not run its body (a wrapper around an ``async def``).
+_UNRUN_BODIES = (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
+
+
+def _unrun_body(spec: HandlerSpec, result: object) -> PermanentError:
+    """The failure of a handler that returned a coroutine or generator instead of running: the
+    object is closed unrun, and the job goes ``dead`` (running it again would do the same)."""
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()  # no "never awaited" warning; the body never starts
+    kind = type(result).__name__
+    return PermanentError(
+        f"handler {spec.name!r} returned a {kind} instead of running: handlers run on threads and must be "
+        "plain functions (async def, async generator and generator handlers are not supported)"
+    )
 
 
 def _snoozed(

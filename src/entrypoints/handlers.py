@@ -3,6 +3,11 @@
 A handler is ``handler(payload)`` or ``handler(payload, ctx)``; which one is decided once, at
 registration, from :func:`inspect.signature`: a function that can take two positional arguments
 (or ``*args``) gets the :class:`~tether.entrypoints.context.JobContext` as its second argument.
+
+Handlers are plain functions run on threads.  A coroutine function (``async def``), an async
+generator function or a generator function is refused at registration (:func:`refuse_unrunnable`):
+calling one only builds a coroutine or generator object, so its body would never run while the
+job was recorded ``completed``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,45 @@ class HandlerSpec:
     max_attempts: int | None = None
     on_failure: FailureHook | None = None
     timeout: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        refuse_unrunnable(self.func)
+
+
+#: What :func:`refuse_unrunnable` says of each kind of function a thread cannot run to its end.
+_UNRUNNABLE = (
+    (inspect.iscoroutinefunction, "a coroutine function (async def)"),
+    (inspect.isasyncgenfunction, "an async generator function"),
+    (inspect.isgeneratorfunction, "a generator function"),
+)
+
+
+def refuse_unrunnable(func: object) -> None:
+    """Refuse a handler whose call would not run its body: a coroutine function (``async def``),
+    an async generator function or a generator function, also behind ``functools.partial``, a
+    ``functools.wraps`` decorator (``__wrapped__``) or an object's ``__call__``.
+
+    Raises:
+        ValidationError (field ``handler``): naming the function and what it is.
+    """
+    candidates: list[object] = [func]
+    try:
+        unwrapped = inspect.unwrap(func)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # a __wrapped__ cycle: judge the outer function alone
+        unwrapped = func
+    if unwrapped is not func:
+        candidates.append(unwrapped)
+    if not inspect.isroutine(func):  # an instance: judge its class's __call__
+        candidates.append(inspect.getattr_static(type(func), "__call__", None))
+    for candidate in candidates:
+        for test, what in _UNRUNNABLE:
+            if test(candidate):
+                name = getattr(func, "__qualname__", None) or repr(func)
+                raise ValidationError(
+                    "handler",
+                    f"{name} is {what}; handlers run on threads and must be plain functions (its body "
+                    "would never run): wrap it, e.g. def handler(payload): asyncio.run(work(payload))",
+                )
 
 
 def takes_context(func: Callable[..., Any]) -> bool:
@@ -87,12 +131,15 @@ def make_spec(
     """Validate one registration and return its :class:`HandlerSpec`.
 
     Raises:
-        ValidationError: naming ``job_type``, ``handler``, ``queue``, ``max_attempts``,
-            ``on_failure`` or ``timeout`` (not a finite number of seconds > 0).
+        ValidationError: naming ``job_type``, ``handler`` (not callable, a signature that is not
+            ``(payload)`` or ``(payload, ctx)``, or a coroutine, async generator or generator
+            function: :func:`refuse_unrunnable`), ``queue``, ``max_attempts``, ``on_failure`` or
+            ``timeout`` (not a finite number of seconds > 0).
     """
     job_type = validate_job_type(name)
     if not callable(func):
         raise ValidationError("handler", f"must be callable, got {type(func).__name__}")
+    refuse_unrunnable(func)
     context = takes_context(func)
     if queue is not None:
         queue = validate_queue(queue)
@@ -113,4 +160,4 @@ def make_spec(
     )
 
 
-__all__ = ["FailureHook", "HandlerSpec", "make_spec", "takes_context"]
+__all__ = ["FailureHook", "HandlerSpec", "make_spec", "refuse_unrunnable", "takes_context"]

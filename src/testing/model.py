@@ -29,17 +29,28 @@ The rules, restated:
   its mark is absent or before the tick, and, overlap off, its last tick's job is not queued,
   retrying or running (a purged one does not hold it back); the mark then becomes the tick and
   the last job the tick's job (an existing holder of its key included).  Purge leaves schedules alone.
+- history: every write that takes a job out of running (the holder's complete, fail, dead
+  letter, release, snooze; the reaper) appends one entry (attempt number, worker, lease start,
+  now, outcome, whether it has an error) and the newest 20 are kept.  The outcome: cancelled
+  when a cancel was requested; else complete -> completed; a failure -> timed_out when its error
+  is a time limit's, else failed when the job retries and dead when it does not; release ->
+  released; snooze -> snoozed; reaper -> lease_lost.  Only failures and the reaper give an error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 QUEUED, RUNNING, RETRYING, COMPLETED, DEAD, CANCELLED = (
     "queued", "running", "retrying", "completed", "dead", "cancelled"
 )
 STATUSES = (QUEUED, RUNNING, RETRYING, COMPLETED, DEAD, CANCELLED)
+#: Attempts a job's history keeps (the newest).
+HISTORY_KEPT = 20
+#: One history entry: (attempt number, worker, lease start, end, outcome, has an error).
+Entry = tuple[int, str | None, datetime | None, datetime, str, bool]
+
 #: Statuses nothing but purge (and a manual retry of dead or cancelled jobs) moves a job out of.
 FINISHED = (COMPLETED, DEAD, CANCELLED)
 
@@ -75,6 +86,8 @@ class ModelJob:
     has_error: bool = False
     finished_at: datetime | None = None
     cancel_requested_at: datetime | None = None
+    leased_at: datetime | None = None
+    history: list[Entry] = field(default_factory=list)
 
     def due(self, now: datetime) -> bool:
         return self.status in (QUEUED, RETRYING) and self.scheduled_at <= now
@@ -86,13 +99,20 @@ class ModelJob:
         self.token = None
         self.worker = None
         self.lease_expires_at = None
+        self.leased_at = None
+
+    def _end_attempt(self, now: datetime, outcome: str, *, error: bool) -> None:
+        """Record how the running attempt ended, then drop the lease."""
+        self.history.append((self.attempts, self.worker, self.leased_at, now, outcome, error))
+        del self.history[:-HISTORY_KEPT]
+        self._drop_lease()
 
     def _end_cancelled(self, now: datetime, *, error: bool) -> ModelJob:
         """The outcome of any write on a running job whose cancellation was requested."""
         self.status, self.finished_at = CANCELLED, now
         if error:
             self.has_error = True
-        self._drop_lease()
+        self._end_attempt(now, CANCELLED, error=error)
         return self
 
 
@@ -181,6 +201,7 @@ class JobModel:
         job.attempts += 1
         job.token = token
         job.worker = worker
+        job.leased_at = now
         job.lease_expires_at = now + timedelta(seconds=lease_timeout)
         return job
 
@@ -196,18 +217,22 @@ class JobModel:
         if job.cancel_requested_at is not None:
             return job._end_cancelled(now, error=False)
         job.status, job.finished_at = COMPLETED, now
-        job._drop_lease()
+        job._end_attempt(now, COMPLETED, error=False)
         return job
 
-    def fail(self, ordinal: int, token: str, *, now: datetime, retry_at: datetime | None) -> ModelJob:
+    def fail(
+        self, ordinal: int, token: str, *, now: datetime, retry_at: datetime | None, timed_out: bool = False
+    ) -> ModelJob:
+        """``timed_out``: the error is a time limit's (``JobTimeout: ...``)."""
         job = self._holder(ordinal, token)
         if job.cancel_requested_at is not None:
             return job._end_cancelled(now, error=True)
         job.has_error = True
-        job._drop_lease()
         if retry_at is not None and job.attempts < job.max_attempts:
+            job._end_attempt(now, "timed_out" if timed_out else "failed", error=True)
             job.status, job.scheduled_at = RETRYING, retry_at
         else:
+            job._end_attempt(now, "timed_out" if timed_out else DEAD, error=True)
             job.status, job.finished_at = DEAD, now
         return job
 
@@ -221,15 +246,18 @@ class JobModel:
         return job
 
     def release(self, ordinal: int, token: str, *, now: datetime) -> ModelJob:
-        return self.snooze(ordinal, token, now=now, until=now)
+        return self._give_back(ordinal, token, now=now, until=now, outcome="released")
 
     def snooze(self, ordinal: int, token: str, *, now: datetime, until: datetime) -> ModelJob:
+        return self._give_back(ordinal, token, now=now, until=until, outcome="snoozed")
+
+    def _give_back(self, ordinal: int, token: str, *, now: datetime, until: datetime, outcome: str) -> ModelJob:
         job = self._holder(ordinal, token)
         if job.cancel_requested_at is not None:
             return job._end_cancelled(now, error=False)
+        job._end_attempt(now, outcome, error=False)
         job.status, job.scheduled_at = QUEUED, until
         job.attempts -= 1  # has_error unchanged: giving a job back is not a failure
-        job._drop_lease()
         return job
 
     # -- operators ---------------------------------------------------------------------------
@@ -269,7 +297,7 @@ class JobModel:
         if job.cancel_requested_at is not None:
             return job._end_cancelled(now, error=True)
         job.has_error = True
-        job._drop_lease()
+        job._end_attempt(now, "lease_lost", error=True)
         if job.attempts < job.max_attempts:
             job.status, job.scheduled_at = RETRYING, now
         else:
@@ -310,5 +338,6 @@ class JobModel:
 
 
 __all__ = [
-    "FINISHED", "STATUSES", "JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost", "ModelNotFound", "ModelSchedule",
+    "FINISHED", "HISTORY_KEPT", "STATUSES", "Entry", "JobModel", "ModelInvalid", "ModelJob", "ModelLeaseLost",
+    "ModelNotFound", "ModelSchedule",
 ]

@@ -3,6 +3,8 @@ it back.
 
 - ``chaos_executions``: one row per handler execution (written by the handler itself, see
   chaos_app.py): job id, the lease token from ``ctx``, the attempt, the worker's pid.
+- the jobs' own attempt history (``tether_jobs.history``): how each attempt ended, read as the
+  outcomes in order (``JobRecord.history``).
 - ``chaos_outcomes``: one row per UPDATE of ``tether_jobs`` that leaves a job ``completed`` or
   ``dead``, written by a trigger in the same transaction as the update: the job, its status and
   lease token before the update, its status and attempts after.  A job whose outcome was
@@ -81,10 +83,15 @@ class JobRecord:
     last_error: str | None
     executions: tuple[tuple[str, int], ...]
     outcomes: tuple[Outcome, ...]
+    history: tuple[str, ...] = ()
 
     @property
     def tokens(self) -> set[str]:
         return {token for token, _ in self.executions}
+
+    def ended(self, *outcomes: str) -> int:
+        """How many of its attempts the history records as ended with one of ``outcomes``."""
+        return sum(1 for outcome in self.history if outcome in outcomes)
 
 
 def leases_of(engine: Engine, schema: str, worker_id: str) -> int:
@@ -112,15 +119,16 @@ def read_jobs(engine: Engine, schema: str) -> dict[int, JobRecord]:
         ):
             outcomes[job_id].append(Outcome(old_status, old_token, new_status))
         rows = conn.exec_driver_sql(
-            f"SELECT id, payload::jsonb->>'kind', status, attempts, max_attempts, last_error "
+            f"SELECT id, payload::jsonb->>'kind', status, attempts, max_attempts, last_error, history "
             f'FROM "{schema}".tether_jobs ORDER BY id'
         ).all()
     jobs = {
         job_id: JobRecord(
             job_id, kind, status, attempts, max_attempts, last_error,
             tuple(executions.pop(job_id, ())), tuple(outcomes.pop(job_id, ())),
+            tuple(entry["outcome"] for entry in history or ()),
         )
-        for job_id, kind, status, attempts, max_attempts, last_error in rows
+        for job_id, kind, status, attempts, max_attempts, last_error, history in rows
     }  # fmt: skip
     strays = sorted(set(executions) | set(outcomes))
     assert not strays, f"executions or outcomes of jobs that are not in the table: {strays[:20]}"

@@ -31,7 +31,10 @@ After the chaos the survivors drain (at most :data:`DRAIN_SECONDS`) and stop gra
 10,000 jobs, each completed or dead as designed, none queued, running or retrying; per job, its
 executions (recorded by the handler, committed before it returned) each under a lease token of
 their own and at an attempt number of their own, never more executions than attempts; lease
-tokens never shared between executions; exactly one terminal transition per job (a trigger logs
+tokens never shared between executions; read from the job's attempt history (every job keeps all
+its attempts: ``max_attempts`` is at most the history's 20), executions <= 1 + the leases it lost,
+besides the attempts it failed and was retried after and those released at a shutdown, and the
+history's last entry is how the job ended (``completed``; ``dead`` or ``lease_lost`` for a dead job); exactly one terminal transition per job (a trigger logs
 every update into completed or dead), made from ``running``, and for a completed job under the
 lease of one of its recorded executions.  The faults happened and bit: at least 3 kills, a
 pause, 5 terminated backends; writes of paused workers refused by the fence; Redis held keys
@@ -321,6 +324,7 @@ def test_every_job_ends_once_as_designed_under_kills_terminations_and_redis_rest
     lease_losses = sum(j.attempts - 1 for j in completed if j.kind == "ok")
     duplicates = sum(len(j.executions) - 1 for j in jobs.values() if j.kind != "always" and len(j.executions) > 1)
     double_outcomes = sum(1 for j in jobs.values() if len(j.outcomes) > 1)
+    leases_lost = sum(j.ended("lease_lost") for j in jobs.values())
     statuses = collections.Counter((j.kind, j.status) for j in jobs.values())
     report(
         request.config,
@@ -332,7 +336,8 @@ def test_every_job_ends_once_as_designed_under_kills_terminations_and_redis_rest
         f"chaos: {fleet.killed} worker SIGKILLs, {fleet.paused} pauses ({refused} writes refused by the fence), "
         f"{terminator.terminated} backends terminated, "
         f"{chaos.redis_restarts} Redis restarts; {lease_losses} lease losses (attempts beyond the first of completed jobs), "
-        f"{duplicates} duplicate executions, {double_outcomes} double outcomes",
+        f"{duplicates} duplicate executions, {double_outcomes} double outcomes, "
+        f"{leases_lost} leases lost in the attempt histories",
     )
 
     # the faults happened, and Redis was in use when it was restarted and after
@@ -368,6 +373,17 @@ def test_every_job_ends_once_as_designed_under_kills_terminations_and_redis_rest
     assert reused == [], f"{len(reused)} job(s) ran twice at one attempt number, e.g. {reused[:3]}"
     tokens = collections.Counter(token for j in jobs.values() for token in j.tokens)
     assert [t for t, n in tokens.items() if n > 1] == [], "a lease token was used by two jobs"
+
+    # a job runs again only after a failure it wrote, a lease it lost or a release at shutdown
+    # (read from its attempt history): executions <= 1 + the leases it lost, besides those
+    over_lost = [
+        j for j in jobs.values()
+        if len(j.executions) - j.ended("failed", "released") > 1 + j.ended("lease_lost")
+    ]  # fmt: skip
+    assert over_lost == [], f"{len(over_lost)} job(s) ran more often than their lost leases allow, e.g. {over_lost[:3]}"
+    last = {"completed": ("completed",), "dead": ("dead", "lease_lost")}
+    unrecorded = [j for j in jobs.values() if not j.history or j.history[-1] not in last[j.status]]
+    assert unrecorded == [], f"{len(unrecorded)} job(s) whose history does not end as they did, e.g. {unrecorded[:3]}"
 
     # exactly one terminal transition per job, out of running, by the lease holder
     not_once = [j for j in jobs.values() if len(j.outcomes) != 1]

@@ -191,7 +191,7 @@ def assert_at_head(target: Target, tmp_path: Path) -> None:
 def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
     revisions = migrations.shipped_revisions()
     assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
-    assert revisions[-1] == HEAD_REVISION == "0005"
+    assert revisions[-1] == HEAD_REVISION == "0006"
     assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
 
 
@@ -263,7 +263,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
         command.upgrade(migrations.alembic_config(target.schema, connection=conn), "0002")
     old = target.open(create=False, check=False)  # no upgrade yet
     table = old.table
-    older_columns = [c for c in table.c if c.name != "cancel_requested_at"]
+    older_columns = [c for c in table.c if c.name not in ("cancel_requested_at", "history")]
     try:
         assert old.schema_version() == 2
         stored = [store_old(old, new_job(n, key=f"key-{n}" if n % 2 else None)) for n in range(5)]
@@ -283,7 +283,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
 
     repo = target.open()  # create=True upgrades
     try:
-        assert repo.schema_version() == SCHEMA_VERSION == 5
+        assert repo.schema_version() == SCHEMA_VERSION == 6
         assert_at_head(target, tmp_path)
         with repo.engine.connect() as conn:
             after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
@@ -294,6 +294,45 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
         assert repo.cancel(running, now=later).cancel_requested_at == later  # the new column and CHECKs work
         assert repo.cancel(stored[0].id, now=later).status is JobStatus.CANCELLED
         assert repo.enqueue(new_job(7), now=NOW).job.id > purged_id
+    finally:
+        repo.close()
+
+
+def test_an_upgrade_from_0004_adds_an_empty_history_that_the_next_outcome_fills(target: Target, tmp_path: Path) -> None:
+    """Rows written before 0006 read with an empty history (the column is NULL, nothing was
+    rewritten), and a job running across the upgrade records its attempt when it ends."""
+    from alembic import command
+
+    with target.engine.begin() as conn:
+        if target.schema:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{target.schema}"')
+        command.upgrade(migrations.alembic_config(target.schema, connection=conn), "0004")
+    old = target.open(create=False, check=False)
+    table = old.table
+    older_columns = [c for c in table.c if c.name != "history"]
+    try:
+        assert old.schema_version() == 4
+        queued, running = (store_old(old, new_job(n)) for n in range(2))
+        with old.engine.begin() as conn:
+            conn.execute(table.update().where(table.c.id == running.id).values(
+                status="running", attempts=1, lease_token="b" * 32, leased_by="w-1", leased_at=NOW,
+                lease_expires_at=NOW + timedelta(minutes=15)))
+            before = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
+    finally:
+        old.close()
+
+    repo = target.open()
+    try:
+        assert repo.schema_version() == SCHEMA_VERSION
+        assert_at_head(target, tmp_path)
+        with repo.engine.connect() as conn:
+            after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
+            assert conn.execute(text(f"SELECT count(*) FROM {target.qualified('tether_jobs')} WHERE history IS NULL")).scalar() == 2
+        assert after == before
+        assert repo.get(queued.id).history == () and repo.get(running.id).history == ()
+        done = repo.complete(running.id, "b" * 32, now=NOW + timedelta(seconds=3))
+        assert [(a.number, a.worker_id, a.started_at, a.ended_at, a.outcome.value, a.error) for a in done.history] == [
+            (1, "w-1", NOW, NOW + timedelta(seconds=3), "completed", None)]
     finally:
         repo.close()
 
@@ -334,6 +373,8 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "CREATE TABLE tether_workers" in only_new and "UPDATE tether_alembic_version SET version_num='0003'" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0004'" in only_new
     assert "CREATE TABLE tether_schedules" in only_new and "UPDATE tether_alembic_version SET version_num='0005'" in only_new
+    assert "ALTER TABLE tether_jobs ADD COLUMN history JSONB" in only_new
+    assert "UPDATE tether_alembic_version SET version_num='0006'" in only_new
     assert "CREATE TABLE app_jobs.tether_workers" in pg
     lite = migrations.upgrade_sql("sqlite")
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite

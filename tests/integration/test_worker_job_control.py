@@ -111,6 +111,7 @@ def test_a_handler_that_ignores_the_cancel_ends_cancelled_at_its_outcome_write(a
         wait_for(lambda: pool.stats.cancelled == 1, what="the cancel to be counted")
     final = app.get(job.id)
     assert final.attempts == 1 and final.last_error == ("ValueError: failed anyway" if how == "raises" else None)
+    assert [(a.number, a.outcome.value, a.error) for a in final.history] == [(1, "cancelled", final.last_error)]
     stats = pool.stats
     assert (stats.completed, stats.failed, stats.dead, stats.cancelled) == (1, 0, 0, 1)
 
@@ -144,6 +145,7 @@ def test_snooze_gives_the_job_back_without_using_an_attempt(app: Tether) -> None
     final = app.get(job.id)
     assert (final.status, final.attempts, final.last_error) == (JobStatus.COMPLETED, 1, None)
     assert [attempt for attempt, _ in seen] == [1, 1, 1]
+    assert [(a.number, a.outcome.value) for a in final.history] == [(1, "snoozed"), (1, "snoozed"), (1, "completed")]
     assert all(b - a >= 0.15 for (_, a), (_, b) in itertools.pairwise(seen))  # due only after its delay
     assert (stats.snoozed, stats.completed, stats.failed) == (2, 1, 0)
 

@@ -149,6 +149,10 @@ def test_a_timed_out_attempt_is_never_overlapped_by_its_retry(monkeypatch: pytes
     final = app.get(job.id)
     assert (final.status, final.attempts, final.last_error) == (JobStatus.COMPLETED, 2, "JobTimeout: timed out after 0.2 s")
     assert (stats.timed_out, stats.failed, stats.completed) == (1, 1, 1)
+    # the history tells the timed-out attempt from the one that completed, on one worker
+    assert [(a.number, a.outcome.value, a.error) for a in final.history] == [
+        (1, "timed_out", "JobTimeout: timed out after 0.2 s"), (2, "completed", None)]
+    assert final.history[0].ended_at <= final.history[1].started_at  # never overlapped, per the store too
 
 
 def test_a_late_completion_of_an_abandoned_thread_is_refused(
@@ -264,6 +268,7 @@ def test_at_shutdown_a_timed_out_job_is_written_as_timed_out_not_released(
     final = app.get(job.id)
     assert (final.status, final.attempts, final.last_error) == (JobStatus.RETRYING, 1, "JobTimeout: timed out after 0.2 s")
     assert (stats.released, stats.failed) == (0, 1)
+    assert [a.outcome.value for a in final.history] == ["timed_out"]
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "5", True])

@@ -77,6 +77,19 @@ class ResurrectingReaperRepository(InMemoryJobRepository):
             return super().reap(now=now, limit=limit)
 
 
+class ReaperForgetsHistoryRepository(InMemoryJobRepository):
+    """Planted bug: the reaper writes the state change but not the attempt it ends (as a reaper
+    statement without the history append would)."""
+
+    def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
+        with self._lock:
+            before = {job_id: self._jobs[job_id].history for job_id in self._running}
+            reaped = [attrs.evolve(job, history=before[job.id]) for job in super().reap(now=now, limit=limit)]
+            for job in reaped:
+                self._jobs[job.id] = job
+            return reaped
+
+
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
@@ -85,8 +98,10 @@ class ResurrectingReaperRepository(InMemoryJobRepository):
         # seen either when the reaper returns jobs the model keeps, or on the times it wrote
         (ReaperIgnoresExpiryRepository, ("the model expected ordinals", "(repository, model) differ")),
         (ResurrectingReaperRepository, ("(repository, model) differ",)),
+        (ReaperForgetsHistoryRepository, ("'history'",)),
     ],
-    ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled"],
+    ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled",
+         "reaper-forgets-history"],
 )
 def test_state_machine_finds_the_planted_bug(
     repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]
@@ -106,8 +121,9 @@ def test_the_correct_repository_passes_the_same_budget() -> None:
 
 @pytest.mark.parametrize(
     "repository_class",
-    [TokenBlindCompleteRepository, ReaperIgnoresExpiryRepository, ResurrectingReaperRepository],
-    ids=["complete-ignores-token", "early-reaper", "reaper-resurrects-cancelled"],
+    [TokenBlindCompleteRepository, ReaperIgnoresExpiryRepository, ResurrectingReaperRepository,
+     ReaperForgetsHistoryRepository],
+    ids=["complete-ignores-token", "early-reaper", "reaper-resurrects-cancelled", "reaper-forgets-history"],
 )
 def test_lockstep_machine_finds_a_repository_that_differs(repository_class: type[InMemoryJobRepository]) -> None:
     machine = lockstep_machine(InMemoryJobRepository, repository_class, name="PlantedLockstep")

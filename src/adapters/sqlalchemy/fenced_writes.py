@@ -9,7 +9,8 @@ No row back means :class:`~tether.domain.errors.LeaseLost` and nothing changed. 
 retrying vs dead in SQL (``attempts < max_attempts`` and a ``retry_at`` given), on the row as it is
 at the moment of the write.  Every outcome (not the heartbeat) records ``cancelled`` instead when
 the row carries a cancellation request (``CASE WHEN cancel_requested_at IS NOT NULL``, in the same
-statement: :func:`~tether.domain.transitions.cancelled_outcome`).  When the connection dies and
+statement: :func:`~tether.domain.transitions.cancelled_outcome`), and appends the attempt it ends
+to ``history`` (:func:`.history_sql.append_sql`, same statement).  When the connection dies and
 the commit's outcome is unknown, the row is read back: still running under the token means the
 write did not land (it is sent again); the intended state (or ``cancelled`` at this write's
 ``now``) means it did; anything else means someone else moved the job (LeaseLost).
@@ -21,14 +22,16 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from sqlalchemy import and_, bindparam, case, null, select, update
+from sqlalchemy import and_, bindparam, case, null, select, text, update
 from sqlalchemy.engine import Connection, Row
+from tether.adapters.sqlalchemy.history_sql import append_sql, or_cancelled, time_value
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.failure import sanitize_text
+from tether.domain.history import AttemptOutcome, attempt_error, failure_outcomes
 from tether.domain.job import Job, JobStatus
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds
@@ -94,6 +97,8 @@ class SqlFencedWrites(SqlReads):
             }
         else:  # pragma: no cover - programming error
             raise ValueError(kind)
+        if kind != "heartbeat":  # every outcome appends the attempt it ends, in this statement
+            values["history"] = text(self._history_append(kind))
         stmt = (
             update(t)
             .where(
@@ -106,6 +111,38 @@ class SqlFencedWrites(SqlReads):
         )
         self._statements[("fenced", kind)] = stmt
         return stmt
+
+    def _history_append(self, kind: str) -> str:
+        """SQL of the ``history`` a fenced outcome write of ``kind`` sets (``text()`` parameters
+        of :meth:`_history_params`)."""
+        outcome = {
+            "complete": or_cancelled("'completed'"),
+            "retry": or_cancelled(
+                "CASE WHEN attempts < max_attempts THEN CAST(:p_if_retrying AS text) ELSE CAST(:p_if_dead AS text) END"
+            ),
+            "dead": or_cancelled("CAST(:p_if_dead AS text)"),
+            "snooze": or_cancelled("CAST(:p_given_back AS text)"),
+        }[kind]
+        error = "CAST(:p_attempt_error AS text)" if kind in ("retry", "dead") else "NULL"
+        ended = "CAST(:p_ended AS timestamptz)" if self._dialect == "postgresql" else ":p_ended"
+        return append_sql(self._dialect, outcome=outcome, error=error, ended=ended)
+
+    def _history_params(
+        self, now: datetime, error: str | None = None, given_back: AttemptOutcome | None = None
+    ) -> dict[str, Any]:
+        """The parameters of :meth:`_history_append`: the end time, and the failure's entry
+        (outcomes and error) or the give-back's outcome."""
+        params: dict[str, Any] = {"p_ended": time_value(self._dialect, now)}
+        if error is not None:
+            if_retrying, if_dead = failure_outcomes(error)
+            params.update(p_if_retrying=if_retrying.value, p_if_dead=if_dead.value, p_attempt_error=attempt_error(error))
+        if given_back is not None:
+            params["p_given_back"] = given_back.value
+        return params
+
+    @property
+    def _dialect(self) -> str:
+        return self.engine.dialect.name
 
     def _fenced(
         self,
@@ -147,7 +184,7 @@ class SqlFencedWrites(SqlReads):
         """Fenced: ``completed`` at ``now``.  Raises LeaseLost, StorageUnavailable."""
         now = ensure_utc(now, "now")
         return self._fenced(
-            "complete", job_id, token, {"p_now": now}, "complete a job",
+            "complete", job_id, token, {"p_now": now, **self._history_params(now)}, "complete a job",
             lambda r: r.status == JobStatus.COMPLETED.value and r.finished_at == now,
         )
 
@@ -157,9 +194,10 @@ class SqlFencedWrites(SqlReads):
         """Fenced completion of each (id, token) in ``items`` in this transaction; the rows written,
         by the (id, token) whose compare-and-set wrote them."""
         stmt = self._fenced_statement("complete")
+        history = self._history_params(now)
         written: dict[tuple[int, str], Row[Any]] = {}
         for job_id, token in items:
-            row = conn.execute(stmt, {"p_id": job_id, "p_token": token, "p_now": now}).first()
+            row = conn.execute(stmt, {"p_id": job_id, "p_token": token, "p_now": now, **history}).first()
             if row is not None:
                 written[(job_id, token)] = row
         return written
@@ -230,7 +268,9 @@ class SqlFencedWrites(SqlReads):
             return self._dead(job_id, token, now, error, "fail a job")
         retry_at = ensure_utc(retry_at, "retry_at")
         return self._fenced(
-            "retry", job_id, token, {"p_now": now, "p_error": error, "p_retry_at": retry_at}, "record a failure",
+            "retry", job_id, token,
+            {"p_now": now, "p_error": error, "p_retry_at": retry_at, **self._history_params(now, error)},
+            "record a failure",
             lambda r: r.last_error == error
             and (
                 (r.status == JobStatus.RETRYING.value and r.scheduled_at == retry_at)
@@ -240,7 +280,7 @@ class SqlFencedWrites(SqlReads):
 
     def _dead(self, job_id: int, token: str, now: datetime, error: str, doing: str) -> Job:
         return self._fenced(
-            "dead", job_id, token, {"p_now": now, "p_error": error}, doing,
+            "dead", job_id, token, {"p_now": now, "p_error": error, **self._history_params(now, error)}, doing,
             lambda r: r.status == JobStatus.DEAD.value and r.finished_at == now and r.last_error == error,
         )
 
@@ -260,16 +300,21 @@ class SqlFencedWrites(SqlReads):
         """Fenced: back to ``queued`` due ``now``, the attempt given back, ``last_error`` kept.
         Raises LeaseLost."""
         now = ensure_utc(now, "now")
-        return self._give_back(job_id, token, now, now, "release a job")
+        return self._give_back(job_id, token, now, now, AttemptOutcome.RELEASED, "release a job")
 
     def snooze(self, job_id: int, token: str, *, now: datetime, until: datetime) -> Job:
         """Fenced: back to ``queued`` due ``until``, the attempt given back, ``last_error`` kept.
         Raises LeaseLost."""
-        return self._give_back(job_id, token, ensure_utc(now, "now"), ensure_utc(until, "until"), "snooze a job")
+        return self._give_back(
+            job_id, token, ensure_utc(now, "now"), ensure_utc(until, "until"), AttemptOutcome.SNOOZED, "snooze a job"
+        )
 
-    def _give_back(self, job_id: int, token: str, now: datetime, until: datetime, doing: str) -> Job:
+    def _give_back(
+        self, job_id: int, token: str, now: datetime, until: datetime, outcome: AttemptOutcome, doing: str
+    ) -> Job:
         return self._fenced(
-            "snooze", job_id, token, {"p_now": now, "p_until": until}, doing,
+            "snooze", job_id, token, {"p_now": now, "p_until": until, **self._history_params(now, given_back=outcome)},
+            doing,
             lambda r: r.status == JobStatus.QUEUED.value and r.scheduled_at == until and r.lease_token is None,
         )
 

@@ -62,7 +62,7 @@ class SqlMaintenance(SqlReads):
                     t.c.lease_token == job.lease_token,
                     t.c.lease_expires_at <= now,
                 )
-                .values(**job_state_values(new))
+                .values(**job_state_values(new, self.engine.dialect.name))
                 .returning(*t.c)
             ).first()
             if written is not None:

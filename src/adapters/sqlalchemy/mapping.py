@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from tether.adapters.sqlalchemy.history_sql import history_from_json, history_to_json
 from tether.domain.job import Job, JobStatus, NewJob
 from tether.domain.schedules import ScheduleState
 from tether.domain.timeutil import UTC
@@ -37,6 +38,7 @@ def row_to_job(row: Any) -> Job:
         last_error=m["last_error"],
         finished_at=m["finished_at"],
         cancel_requested_at=m["cancel_requested_at"],
+        history=history_from_json(m["history"]),
     )
 
 
@@ -99,8 +101,9 @@ def new_job_values(new_job: NewJob, now: datetime) -> dict[str, Any]:
     }
 
 
-def job_state_values(job: Job) -> dict[str, Any]:
-    """The mutable columns of ``job`` (everything but id and the enqueue-time fields)."""
+def job_state_values(job: Job, dialect: str) -> dict[str, Any]:
+    """The mutable columns of ``job`` (everything but id and the enqueue-time fields), its
+    history in the form of ``dialect`` (``"postgresql"``, ``"sqlite"``)."""
     return {
         "status": job.status.value,
         "attempts": job.attempts,
@@ -112,6 +115,7 @@ def job_state_values(job: Job) -> dict[str, Any]:
         "last_error": job.last_error,
         "finished_at": job.finished_at,
         "cancel_requested_at": job.cancel_requested_at,
+        "history": history_to_json(job.history, dialect),
     }
 
 

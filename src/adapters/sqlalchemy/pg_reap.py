@@ -28,12 +28,16 @@ locked row: ``cancelled`` finished at ``now`` when a cancellation was requested;
 due at ``now`` while ``attempts < max_attempts`` (``finished_at`` kept, NULL on a running row),
 else ``dead`` finished at ``now`` (``scheduled_at`` kept; the same for ``cancelled``); ``attempts``
 unchanged; the lease cleared; ``last_error`` the (plain) text of
-:func:`~tether.domain.transitions.reap_error`, rendered by :data:`REAP_ERROR_SQL`.  The contract
+:func:`~tether.domain.transitions.reap_error`, rendered by :data:`REAP_ERROR_SQL`; the attempt
+appended to ``history`` as ``lease_lost`` (or ``cancelled``) with that error
+(:data:`REAP_HISTORY_SQL`).  The contract
 suite compares every reaped row with the domain function's result, so the two cannot drift apart
 unnoticed.
 """
 
 from __future__ import annotations
+
+from tether.adapters.sqlalchemy.history_sql import append_sql, or_cancelled
 
 #: ``j.lease_expires_at.isoformat(timespec="microseconds")`` of an aware UTC datetime.
 _EXPIRY_ISO_SQL = "to_char(j.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') || '+00:00'"
@@ -43,6 +47,14 @@ REAP_ERROR_SQL = (
     f"'LeaseExpired: lease of worker ' || coalesce(j.leased_by, '?') || ' expired at ' || {_EXPIRY_ISO_SQL} "
     "|| ' without a heartbeat; the worker was lost (attempt ' || CAST(j.attempts AS text) "
     "|| ' of ' || CAST(j.max_attempts AS text) || ')'"
+)
+
+
+#: The row ``j``'s history with its attempt appended as ended at ``%(p_now)s``: ``lease_lost``
+#: (``cancelled`` when a cancellation was requested), the error :data:`REAP_ERROR_SQL`.
+REAP_HISTORY_SQL = append_sql(
+    "postgresql", outcome=or_cancelled("'lease_lost'", "j"), error=REAP_ERROR_SQL, ended="CAST(%(p_now)s AS timestamptz)",
+    row="j",
 )
 
 
@@ -65,6 +77,7 @@ def reap_statement(table: str, columns: tuple[str, ...]) -> str:
         f"scheduled_at = CASE WHEN {retry} THEN %(p_now)s ELSE j.scheduled_at END, "
         f"finished_at = CASE WHEN {retry} THEN j.finished_at ELSE %(p_now)s END, "
         f"last_error = {REAP_ERROR_SQL}, "
+        f"history = {REAP_HISTORY_SQL}, "
         "lease_token = NULL, leased_by = NULL, leased_at = NULL, lease_expires_at = NULL "
         "FROM expired WHERE j.id = expired.id AND j.lease_token = expired.lease_token "
         "AND j.lease_expires_at = expired.lease_expires_at "
@@ -72,4 +85,4 @@ def reap_statement(table: str, columns: tuple[str, ...]) -> str:
     )
 
 
-__all__ = ["REAP_ERROR_SQL", "reap_statement"]
+__all__ = ["REAP_ERROR_SQL", "REAP_HISTORY_SQL", "reap_statement"]

@@ -23,6 +23,9 @@ Indexes (all partial, so they stay as small as the live part of the queue, case 
 Statements test a job's status with :func:`status_is`, which writes the statuses as literals so the
 planner can match the partial indexes' predicates.
 
+``history`` holds the attempt history, a JSON array (``jsonb`` on PostgreSQL, JSON text on
+SQLite; :mod:`.history_sql`), NULL until an attempt ends.
+
 This is the table at the head revision of :mod:`.migrations` (the Alembic revisions create it;
 ``tests/integration/test_migrations.py`` checks that the two agree).  CHECK constraints keep the
 state machine's invariants in the database too: a known status, ``0 <= attempts <= max_attempts``,
@@ -53,6 +56,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
+from tether.adapters.sqlalchemy.history_sql import HistoryJson
 from tether.domain.job import JobStatus
 from tether.domain.timeutil import UTC, ensure_utc, from_micros, to_micros
 
@@ -132,6 +136,7 @@ def build_jobs_table(metadata: MetaData) -> Table:
         Column("last_error", Text(), nullable=True),
         Column("finished_at", UtcDateTime(), nullable=True),
         Column("cancel_requested_at", UtcDateTime(), nullable=True),
+        Column("history", HistoryJson(), nullable=True),
         CheckConstraint(STATUS_CHECK, name="ck_tether_jobs_status"),
         CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="ck_tether_jobs_attempts"),
         CheckConstraint(

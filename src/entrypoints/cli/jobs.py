@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.table import Table
+from tether.domain.history import HISTORY_LIMIT
 from tether.domain.job import JobStatus
 from tether.entrypoints.cli.cancel import jobs_cancel
 from tether.entrypoints.cli.options import (
@@ -22,7 +23,14 @@ from tether.entrypoints.cli.options import (
     load_settings,
     open_app,
 )
-from tether.entrypoints.cli.output import explanation_to_dict, job_to_dict, print_json, short_time, stdout
+from tether.entrypoints.cli.output import (
+    attempt_line,
+    explanation_to_dict,
+    job_to_dict,
+    print_json,
+    short_time,
+    stdout,
+)
 from tether.entrypoints.cli.values import FlagNamingCommand, choice, integer
 
 jobs_app = typer.Typer(help="Look at and cancel jobs.", no_args_is_help=True, rich_markup_mode=None)
@@ -102,7 +110,7 @@ def jobs_show(
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
-    """Show one job in full."""
+    """Show one job in full, with its attempt history (one line per attempt)."""
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
@@ -116,10 +124,17 @@ def jobs_show(
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in data.items():
-        if key != "payload":
+        if key not in ("payload", "history"):
             table.add_row(key, "" if value is None else str(value))
     table.add_row("payload", json.dumps(data["payload"], indent=2, ensure_ascii=False))
-    stdout().print(table)
+    console = stdout()
+    console.print(table)
+    if job.history:
+        console.print(f"history: {len(job.history)} attempt(s), oldest first, times UTC (at most {HISTORY_LIMIT} kept)")
+        for attempt in job.history:
+            console.print("  " + attempt_line(attempt), markup=False)
+    else:
+        console.print("history: no attempt has ended yet")
 
 
 @jobs_app.command("why", cls=FlagNamingCommand)

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 from tether.domain.explanation import Explanation
+from tether.domain.history import Attempt
 from tether.domain.job import Job
 from tether.domain.workers import WorkerEntry
 
@@ -42,7 +43,8 @@ def short_time(value: datetime | None) -> str:
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
-    """A JSON-ready view of ``job`` (payload decoded, times ISO 8601 UTC, status as text)."""
+    """A JSON-ready view of ``job`` (payload decoded, times ISO 8601 UTC, status as text, its
+    attempt history as a list of :func:`attempt_to_dict`, oldest first)."""
     return {
         "id": job.id,
         "job_type": job.job_type,
@@ -60,7 +62,34 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "lease_expires_at": iso(job.lease_expires_at),
         "last_error": job.last_error,
         "payload": job.payload,
+        "history": [attempt_to_dict(attempt) for attempt in job.history],
     }
+
+
+def attempt_to_dict(attempt: Attempt) -> dict[str, Any]:
+    """A JSON-ready view of one ended attempt (times ISO 8601 UTC, outcome as text)."""
+    return {
+        "attempt": attempt.number,
+        "worker_id": attempt.worker_id,
+        "started_at": iso(attempt.started_at),
+        "ended_at": iso(attempt.ended_at),
+        "outcome": attempt.outcome.value,
+        "error": attempt.error,
+    }
+
+
+def attempt_line(attempt: Attempt) -> str:
+    """One line of ``jobs show`` for ``attempt``: number, outcome, start (UTC), how long it ran,
+    worker, and the first line of its error (at most 200 characters)."""
+    took = "" if attempt.started_at is None else f"{(attempt.ended_at - attempt.started_at).total_seconds():.3g} s"
+    parts = [
+        f"#{attempt.number:<3}", f"{attempt.outcome.value:<10}", short_time(attempt.started_at or attempt.ended_at),
+        f"{took:>9}", attempt.worker_id or "?",
+    ]
+    if attempt.error:
+        first = attempt.error.splitlines()[0] if attempt.error.strip() else attempt.error
+        parts.append(first[:200])
+    return "  ".join(parts)
 
 
 def worker_to_dict(worker: WorkerEntry) -> dict[str, Any]:
@@ -103,6 +132,8 @@ def explanation_to_dict(explanation: Explanation) -> dict[str, Any]:
 
 __all__ = [
     "PIPE_WIDTH",
+    "attempt_line",
+    "attempt_to_dict",
     "explanation_to_dict",
     "fact_value",
     "iso",

@@ -19,7 +19,8 @@ The suite covers the acceptance cases C01-C04, C09a, C10, C11-C15 and C21 of
 and queue filters, lease-by-id, heartbeats, release, fenced batch completion (``complete_many``), the reaper, manual retry, purge, token
 uniqueness, the time rule, and the accepted ranges of numbers, times and text
 (:mod:`~tether.testing.contract.limits`); an operator's cancel (one job or by filter) and the holder's snooze,
-with cancels racing leases, completions (single and batch), failures, heartbeats and the reaper.  Every time comes from the fake clock.  Slow backends may lower the
+with cancels racing leases, completions (single and batch), failures, heartbeats and the reaper; the
+attempt history each outcome write appends to (:mod:`~tether.testing.contract.history`).  Every time comes from the fake clock.  Slow backends may lower the
 knobs documented on :class:`~tether.testing.contract.support.ContractSupport`
 (``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ``cancel_race_jobs``, ...).
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 from tether.testing.contract.batch import BatchCompletionContract
 from tether.testing.contract.cancellation import CancellationContract
 from tether.testing.contract.enqueue import EnqueueContract
+from tether.testing.contract.history import HistoryContract
 from tether.testing.contract.leases import LeaseContract
 from tether.testing.contract.limits import LimitContract
 from tether.testing.contract.reads import ReadContract
@@ -41,6 +43,7 @@ class RepositoryContract(
     BatchCompletionContract,
     RetryContract,
     CancellationContract,
+    HistoryContract,
     ReadContract,
     LimitContract,
 ):

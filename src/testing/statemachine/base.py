@@ -34,8 +34,11 @@ QUEUES = ("q1", "q2")
 QUEUE_FILTERS: tuple[tuple[str, ...] | None, ...] = (None, ("q1",), ("q2",), ("q1", "q2"))
 WORKERS = ("w1", "w2", "host-1")
 KEYS = ("k1", "k2", "k3")
-#: The holder's writes (``snooze`` gives the job back due ``retry_delay`` seconds later).
-WRITES = ("complete", "fail", "fail_permanent", "dead_letter", "heartbeat", "release", "snooze")
+#: The holder's writes (``snooze`` gives the job back due ``retry_delay`` seconds later;
+#: ``time_out`` is a failure with a time limit's error).
+WRITES = ("complete", "fail", "fail_permanent", "time_out", "dead_letter", "heartbeat", "release", "snooze")
+#: The error of the ``time_out`` write (as a worker writes a ``JobTimeout``).
+TIMEOUT_ERROR = "JobTimeout: timed out after 5 s"
 #: One lease timeout for leases and heartbeats, so a heartbeat always moves the expiry forward.
 LEASE_TIMEOUT = 60.0
 

@@ -23,6 +23,7 @@ from tether.testing.statemachine.base import (
     DEFAULT_SETTINGS,
     LEASE_TIMEOUT,
     QUEUE_FILTERS,
+    TIMEOUT_ERROR,
     WORKERS,
     WRITES,
     MachineBase,
@@ -45,8 +46,8 @@ class LockstepStateMachine(MachineBase):
 
     Override :meth:`make_left` and :meth:`make_right` (or use :func:`lockstep_machine`).  Jobs are
     compared by enqueue order (ids may differ between stores), with status, attempts, max_attempts,
-    priority, queue, scheduled_at, finished_at, lease expiry, lease holder, payload and whether
-    ``last_error`` is set; every call must give the same result or raise the same error.
+    priority, queue, scheduled_at, finished_at, lease start, expiry and holder, payload, whether
+    ``last_error`` is set and the attempt history (entry for entry); every call must give the same result or raise the same error.
     """
 
     def make_left(self) -> JobRepository:
@@ -73,7 +74,7 @@ class LockstepStateMachine(MachineBase):
             self.ordinal_of[side].get(job.id, f"unknown id {job.id}"), job.status.value, job.attempts,
             job.max_attempts, job.priority, job.queue, job.scheduled_at, job.finished_at, job.lease_expires_at,
             job.leased_by, job.last_error is not None, job.payload_json, job.idempotency_key, job.lease_token is not None,
-            job.cancel_requested_at,
+            job.cancel_requested_at, job.leased_at, job.history,
         )
 
     def _both(self, label: str, call: Callable[[JobRepository, int], Any],
@@ -183,12 +184,15 @@ class LockstepStateMachine(MachineBase):
                 return r.fail(job_id, token, now=now, error="ValueError: again", retry_at=retry_at)
             if action == "fail_permanent":
                 return r.fail(job_id, token, now=now, error="PermanentError: no", retry_at=None)
+            if action == "time_out":
+                return r.fail(job_id, token, now=now, error=TIMEOUT_ERROR, retry_at=retry_at)
             if action == "dead_letter":
                 return r.dead_letter(job_id, token, now=now, error="dead")
             if action == "heartbeat":
                 return r.heartbeat(job_id, token, now=now, lease_timeout=LEASE_TIMEOUT)
             if action == "snooze":
                 return r.snooze(job_id, token, now=now, until=retry_at)
+            assert action == "release", action
             return r.release(job_id, token, now=now)
 
         self._both(f"{action}(#{ordinal})", call, self._job)

@@ -30,6 +30,7 @@ from tether.testing.model import FINISHED, JobModel, ModelInvalid, ModelJob, Mod
 from tether.testing.statemachine.base import (
     LEASE_TIMEOUT,
     QUEUE_FILTERS,
+    TIMEOUT_ERROR,
     WORKERS,
     WRITES,
     MachineBase,
@@ -97,6 +98,7 @@ class RepositoryStateMachine(MachineBase):
             "lease_token": model.token,
             "leased_by": model.worker,
             "lease_expires_at": model.lease_expires_at,
+            "leased_at": model.leased_at,
             "finished_at": model.finished_at if model.status in FINISHED else None,
             "cancel_requested_at": model.cancel_requested_at,
             "payload": model.payload,
@@ -106,6 +108,10 @@ class RepositoryStateMachine(MachineBase):
         got["payload"] = job.payload
         want["has last_error"] = model.has_error
         got["has last_error"] = job.last_error is not None
+        want["history"] = model.history
+        got["history"] = [
+            (a.number, a.worker_id, a.started_at, a.ended_at, a.outcome.value, a.error is not None) for a in job.history
+        ]
         diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
         assert not diff, f"job #{model.ordinal} (repository, model) differ: {diff}"
         assert job.attempts <= job.max_attempts
@@ -210,6 +216,11 @@ class RepositoryStateMachine(MachineBase):
             return (
                 lambda: repo.fail(job_id, token, now=now, error="PermanentError: no", retry_at=None),
                 lambda: model.fail(ordinal, token, now=now, retry_at=None),
+            )
+        if action == "time_out":
+            return (
+                lambda: repo.fail(job_id, token, now=now, error=TIMEOUT_ERROR, retry_at=retry_at),
+                lambda: model.fail(ordinal, token, now=now, retry_at=retry_at, timed_out=True),
             )
         if action == "dead_letter":
             return (lambda: repo.dead_letter(job_id, token, now=now, error="dead"),

@@ -1,0 +1,175 @@
+"""Attempt history in SQL: the ``history`` column's type, its JSON form, and the append every outcome statement makes.
+
+``history`` is a JSON array on the job row, NULL until the first attempt ends: ``jsonb`` on
+PostgreSQL, JSON text on SQLite.  Each entry is one object::
+
+    {"attempt": 2, "worker": "host-1:4242", "started": ..., "ended": ..., "outcome": "failed",
+     "error": "ValueError: ..."}
+
+with times as each database writes them: on PostgreSQL as it puts a ``timestamptz`` into JSON,
+ISO 8601 text with the writing session's UTC offset (``"2026-01-01T00:00:00.25+00:00"``: the
+instant is exact whatever the session's ``TimeZone``); on SQLite integer microseconds since the
+epoch, as its time columns.
+
+The entry is appended by the very statement that ends the attempt (:func:`append_sql`: a fenced
+outcome write, a batch completion, the reaper), computed in SQL from the row as it was before the
+update (``attempts``, ``leased_by``, ``leased_at``, the cancellation request), so it costs no
+extra round trip: on PostgreSQL a one-entry ``jsonb`` array for a row's first ended attempt, a
+``jsonb`` concatenation after that, with the oldest entry dropped (``history - 0``) only when
+:data:`~tether.domain.history.HISTORY_LIMIT` entries are there already; on SQLite
+``json_array``, ``json_insert(..., '$[#]', ...)`` and ``json_remove(..., '$[0]')``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+from tether.domain.history import HISTORY_LIMIT, Attempt, AttemptOutcome
+from tether.domain.timeutil import UTC, from_micros, to_micros
+
+#: The outcome of a holder's write when the row carries a cancellation request, else ``{other}``.
+_OR_CANCELLED = "CASE WHEN {r}cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE {other} END"
+
+
+class HistoryJson(TypeDecorator[Any]):
+    """The ``history`` column: ``jsonb`` on PostgreSQL, JSON text on SQLite; Python lists of entry
+    objects either way (None: no attempt ended yet)."""
+
+    impl = Text()
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(JSONB())
+        return dialect.type_descriptor(Text())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.dumps(value, separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, str):
+            return json.loads(value)
+        return value
+
+
+_OUTCOMES = {outcome.value: outcome for outcome in AttemptOutcome}
+
+
+def _time(value: Any) -> datetime | None:
+    """An entry's time: integer microseconds (SQLite) or ISO 8601 text with an offset (PostgreSQL)."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return from_micros(value)
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
+
+
+def history_from_json(value: Any) -> tuple[Attempt, ...]:
+    """The :class:`~tether.domain.history.Attempt` entries of a ``history`` value (a list of
+    entry objects, its JSON text, or None)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = json.loads(value)
+    return tuple(
+        Attempt(
+            number=int(entry["attempt"]),
+            worker_id=entry.get("worker"),
+            started_at=_time(entry.get("started")),
+            ended_at=_time(entry["ended"]),  # type: ignore[arg-type]
+            outcome=_OUTCOMES[entry["outcome"]],
+            error=entry.get("error"),
+        )
+        for entry in value
+    )
+
+
+def time_value(dialect: str, value: datetime) -> datetime | int:
+    """``value`` (aware UTC) as a statement passes it for a history entry on ``dialect``: the
+    datetime itself on PostgreSQL (a ``timestamptz``), integer microseconds on SQLite."""
+    if dialect == "postgresql":
+        return value
+    return to_micros(value)
+
+
+def _stored_time(dialect: str, value: datetime) -> str | int:
+    if dialect == "postgresql":
+        return value.astimezone(UTC).isoformat(timespec="microseconds")
+    return to_micros(value)
+
+
+def history_to_json(history: tuple[Attempt, ...], dialect: str) -> list[dict[str, Any]] | None:
+    """The ``history`` value of ``history`` on ``dialect`` (None when empty)."""
+    if not history:
+        return None
+    return [
+        {
+            "attempt": a.number,
+            "worker": a.worker_id,
+            "started": None if a.started_at is None else _stored_time(dialect, a.started_at),
+            "ended": _stored_time(dialect, a.ended_at),
+            "outcome": a.outcome.value,
+            "error": a.error,
+        }
+        for a in history
+    ]
+
+
+def or_cancelled(other: str, row: str = "") -> str:
+    """SQL of an attempt's outcome: ``'cancelled'`` when the row carries a cancellation request,
+    else the SQL ``other``; ``row`` is the table's alias in the statement ('' for none)."""
+    return _OR_CANCELLED.format(r=f"{row}." if row else "", other=other)
+
+
+def append_sql(dialect: str, *, outcome: str, error: str, ended: str, row: str = "") -> str:
+    """SQL of ``history`` with the row's running attempt appended as ended, trimmed to
+    :data:`~tether.domain.history.HISTORY_LIMIT` entries (see the module docstring).
+
+    The common cases cost least: a row without history (its first attempt) builds a one-entry
+    array, a row below the bound appends; only a full one drops its oldest entry first.
+
+    Args:
+        dialect: ``"postgresql"`` or ``"sqlite"``.
+        outcome, error: SQL of the entry's outcome and error text (``NULL`` for none).
+        ended: SQL of the end time: a ``timestamptz`` on PostgreSQL, integer microseconds on SQLite.
+        row: the table's alias in the statement ('' for none).
+    """
+    r = f"{row}." if row else ""
+    if dialect == "postgresql":
+        entry = (
+            f"jsonb_build_object('attempt', {r}attempts, 'worker', {r}leased_by, 'started', {r}leased_at, "
+            f"'ended', {ended}, 'outcome', {outcome}, 'error', {error})"
+        )
+        return (
+            f"CASE WHEN {r}history IS NULL THEN jsonb_build_array({entry}) "
+            f"WHEN jsonb_array_length({r}history) < {HISTORY_LIMIT} THEN {r}history || jsonb_build_array({entry}) "
+            f"ELSE ({r}history - 0) || jsonb_build_array({entry}) END"
+        )
+    entry = (
+        f"json_object('attempt', {r}attempts, 'worker', {r}leased_by, 'started', {r}leased_at, "
+        f"'ended', {ended}, 'outcome', {outcome}, 'error', {error})"
+    )
+    return (
+        f"CASE WHEN {r}history IS NULL THEN json_array({entry}) "
+        f"WHEN json_array_length({r}history) < {HISTORY_LIMIT} THEN json_insert({r}history, '$[#]', {entry}) "
+        f"ELSE json_insert(json_remove({r}history, '$[0]'), '$[#]', {entry}) END"
+    )
+
+
+__all__ = [
+    "HistoryJson",
+    "append_sql",
+    "history_from_json",
+    "history_to_json",
+    "or_cancelled",
+    "time_value",
+]
