@@ -131,6 +131,7 @@ def build_jobs_table(metadata: MetaData) -> Table:
         Column("last_error", Text(), nullable=True),
         Column("finished_at", UtcDateTime(), nullable=True),
         Column("cancel_requested_at", UtcDateTime(), nullable=True),
+        Column("headers", Text(), nullable=True),
         CheckConstraint(STATUS_CHECK, name="ck_tether_jobs_status"),
         CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="ck_tether_jobs_attempts"),
         CheckConstraint(
