@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
+from tether.domain.queue_summary import QueueSummary
 
 
 @runtime_checkable
@@ -80,6 +81,12 @@ class JobRepository(Protocol):
     ) -> dict[JobStatus, int]:
         """How many jobs are in each status (every status present, zero included), of one queue
         (None: all) and of these job types (None: all; an empty list counts nothing)."""
+        ...
+
+    def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
+        """One :class:`QueueSummary` per queue holding a ``queued``, ``running`` or ``retrying``
+        job, by queue name: its counts per live status and its oldest due job's ``scheduled_at``
+        at ``now``.  Cheap enough for every metrics scrape (SQL: one grouped read of the live rows)."""
         ...
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
