@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from tether.domain.job import Job
 from tether.entrypoints.execution import Outcome
@@ -55,6 +55,17 @@ def job_scope(job: Job, worker_id: str) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def enter_job(job: Job, worker_id: str) -> Token[tuple[Job, str] | None]:
+    """:func:`job_scope` without the context manager, for the worker's per-job path: records
+    made until :func:`leave_job` of the returned token are about ``job``."""
+    return _CURRENT.set((job, worker_id))
+
+
+def leave_job(token: Token[tuple[Job, str] | None]) -> None:
+    """End what :func:`enter_job` began."""
+    _CURRENT.reset(token)
 
 
 class JobFieldsFilter(logging.Filter):
@@ -106,4 +117,5 @@ def _word(outcome: Outcome) -> str:
         outcome, outcome.value)
 
 
-__all__ = ["JOB_FIELDS", "JOB_LOGGERS", "JobFieldsFilter", "JobLogObserver", "install_filter", "job_fields", "job_scope"]
+__all__ = ["JOB_FIELDS", "JOB_LOGGERS", "JobFieldsFilter", "JobLogObserver", "enter_job", "install_filter", "job_fields",
+           "job_scope", "leave_job"]

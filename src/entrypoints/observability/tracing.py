@@ -48,6 +48,9 @@ logger = logging.getLogger("tether.tracing")
 MESSAGING_SYSTEM = "tether"
 #: Outcomes whose exception makes the process span's status ERROR.
 FAILED_OUTCOMES = (Outcome.RETRYING, Outcome.DEAD)
+#: Distinct job headers whose parsed link a tracer keeps (cleared when full).
+LINK_CACHE_SIZE = 256
+_NO_LINKS: list[Link] = []
 
 
 class _Sending:
@@ -76,6 +79,9 @@ class TetherTracing:
         from tether import __version__
 
         self._tracer = trace.get_tracer("tether", __version__, tracer_provider=tracer_provider)
+        # headers text -> the links of its process spans: the jobs of one enqueue_many share one
+        # text, so a drain of bulk-enqueued jobs parses each batch's context once.
+        self._links: dict[str, list[Link]] = {}
 
     # -- enqueue (SendObserver) --------------------------------------------------------------
     @contextmanager
@@ -104,15 +110,7 @@ class TetherTracing:
 
     def job_started(self, job: Job, worker_id: str) -> object:
         """Start the ``process {queue}`` span, linked to the enqueuing span, and make it current."""
-        links: list[Link] = []
-        if job.headers_json is not None:
-            try:
-                sent = trace.get_current_span(propagate.extract(job.headers)).get_span_context()
-            except Exception:
-                logger.debug("job %s: its trace headers do not parse", job.id, exc_info=True)
-            else:
-                if sent.is_valid:
-                    links.append(Link(sent))
+        links = _NO_LINKS if job.headers_json is None else self._links_of(job)
         span = self._tracer.start_span(
             f"process {job.queue}", kind=SpanKind.CONSUMER, links=links,
             attributes={
@@ -124,6 +122,25 @@ class TetherTracing:
         )
         token = otel_context.attach(trace.set_span_in_context(span))
         return span, token
+
+    def _links_of(self, job: Job) -> list[Link]:
+        """The link to the span whose context ``job``'s headers hold (none when they hold none)."""
+        text = job.headers_json
+        assert text is not None
+        links = self._links.get(text)
+        if links is None:
+            links = []
+            try:
+                sent = trace.get_current_span(propagate.extract(job.headers)).get_span_context()
+            except Exception:  # a header that does not parse costs the link only
+                logger.debug("job %s: its trace headers do not parse", job.id, exc_info=True)
+            else:
+                if sent.is_valid:
+                    links.append(Link(sent))
+            if len(self._links) >= LINK_CACHE_SIZE:
+                self._links.clear()
+            self._links[text] = links
+        return links
 
     def handler_returned(self, job: Job, state: object, execution: Execution | None) -> None:
         """End the span: its outcome, and the handler's exception when the attempt failed."""

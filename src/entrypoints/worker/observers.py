@@ -22,7 +22,7 @@ ignored, never the job's failure.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from tether.adapters.log_limits import RateLimitedLog
@@ -31,6 +31,9 @@ from tether.entrypoints.execution import Execution, Outcome
 from tether.entrypoints.worker.stats import WorkerStats
 
 logger = logging.getLogger("tether.worker")
+
+#: The state of an observer whose ``job_started`` raised: its ``handler_returned`` is not called.
+_FAILED = object()
 
 
 class PoolView(Protocol):
@@ -82,34 +85,43 @@ class Observers:
         self._observers = tuple(observers)
         self._ratelog = RateLimitedLog(logger)
 
-    def _each(self, what: str, call: Callable[[JobObserver], object]) -> list[object]:
-        results: list[object] = []
-        for observer in self._observers:
-            try:
-                results.append(call(observer))
-            except Exception:  # noqa: BLE001 - watching a job never changes it
-                self._ratelog(f"observer:{what}", logging.WARNING, "observer %r raised in %s (ignored)",
-                              observer, what, exc_info=True)
-                results.append(None)
-        return results
+    def _failed(self, observer: JobObserver, what: str) -> None:
+        self._ratelog(f"observer:{what}", logging.WARNING, "observer %r raised in %s (ignored)", observer, what,
+                      exc_info=True)
 
     def pool_started(self, pool: PoolView) -> None:
-        self._each("pool_started", lambda o: o.pool_started(pool))
+        for observer in self._observers:
+            try:
+                observer.pool_started(pool)
+            except Exception:  # noqa: BLE001 - watching a job never changes it
+                self._failed(observer, "pool_started")
 
     def job_started(self, job: Job, worker_id: str) -> object:
-        return self._each("job_started", lambda o: o.job_started(job, worker_id))
+        states: list[object] = []
+        for observer in self._observers:
+            try:
+                states.append(observer.job_started(job, worker_id))
+            except Exception:  # noqa: BLE001 - watching a job never changes it
+                self._failed(observer, "job_started")
+                states.append(_FAILED)
+        return states
 
     def handler_returned(self, job: Job, state: object, execution: Execution | None) -> None:
-        states = state if isinstance(state, list) else [None] * len(self._observers)
+        states = state if isinstance(state, list) else [_FAILED] * len(self._observers)
         for observer, own in zip(self._observers, states):
+            if own is _FAILED:  # its job_started raised: it has nothing to end
+                continue
             try:
                 observer.handler_returned(job, own, execution)
             except Exception:  # noqa: BLE001 - watching a job never changes it
-                self._ratelog("observer:handler_returned", logging.WARNING, "observer %r raised in handler_returned "
-                              "(ignored)", observer, exc_info=True)
+                self._failed(observer, "handler_returned")
 
     def job_finished(self, job: Job, outcome: Outcome, seconds: float) -> None:
-        self._each("job_finished", lambda o: o.job_finished(job, outcome, seconds))
+        for observer in self._observers:
+            try:
+                observer.job_finished(job, outcome, seconds)
+            except Exception:  # noqa: BLE001 - watching a job never changes it
+                self._failed(observer, "job_finished")
 
 
 def combine(observers: Sequence[JobObserver] | None) -> Observers | None:

@@ -37,7 +37,7 @@ from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.entrypoints.execution import Execution, Outcome, OutcomeWriter
-from tether.entrypoints.job_logs import job_scope
+from tether.entrypoints.job_logs import enter_job, leave_job
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.observers import Observers
@@ -167,10 +167,11 @@ class Outcomes:
     def completed(self, entry: HeldJob, result: Job | BaseException) -> None:
         """On the flusher thread: the deferred completion of ``entry`` returned ``result``; the
         job is recorded and no longer held."""
+        scope = enter_job(entry.job, self._worker_id)
         try:
-            with job_scope(entry.job, self._worker_id):
-                self._completed(entry, result)
+            self._completed(entry, result)
         finally:
+            leave_job(scope)
             self._held.finish(entry)
 
     def _completed(self, entry: HeldJob, result: Job | BaseException) -> None:

@@ -34,7 +34,7 @@ from typing import Protocol
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.execution import Execution, execute_job
 from tether.entrypoints.handlers import HandlerSpec
-from tether.entrypoints.job_logs import job_scope
+from tether.entrypoints.job_logs import enter_job, leave_job
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.observers import Observers
@@ -286,7 +286,8 @@ class ThreadRunner(Runner):
             timeout = spec.timeout if spec.timeout is not None else self._job_timeout
             if timeout is not None:
                 self._timeouts.watch(entry, timeout)
-        with job_scope(entry.job, self._worker_id):  # its log records say which job they are about
+        scope = enter_job(entry.job, self._worker_id)  # its log records say which job they are about
+        try:
             observer = self._observer
             if observer is None:
                 result = self._execute(entry)
@@ -298,6 +299,8 @@ class ThreadRunner(Runner):
                 finally:
                     observer.handler_returned(entry.job, state, returned)
             self._outcomes.record(entry, result)
+        finally:
+            leave_job(scope)
 
     def _execute(self, entry: HeldJob) -> Execution:
         return execute_job(
