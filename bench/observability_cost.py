@@ -3,6 +3,7 @@
     .venv/bin/python bench/observability_cost.py                    # 3 rounds, 20,000 jobs
     .venv/bin/python bench/observability_cost.py --rounds 5 --jobs 20000 --concurrency 16
     .venv/bin/python bench/observability_cost.py --modes metrics tracing both   # each against off
+    .venv/bin/python bench/observability_cost.py --modes tracing --sample 0.1   # 1 trace in 10 recorded
 
 Each round runs ``bench/pg_drain.py --json`` once plain and once per mode with ``--observe MODE``
 (``metrics``: Prometheus metrics in every worker; ``tracing``: OpenTelemetry spans at enqueue and
@@ -30,7 +31,7 @@ def drain_rate(mode: str, args: argparse.Namespace) -> tuple[float, float]:
     command = [sys.executable, os.path.join(HERE, "pg_drain.py"), "--json", "--jobs", str(args.jobs),
                "--workers", str(args.workers), "--concurrency", str(args.concurrency), "--single-jobs", "0"]
     if mode != "off":
-        command += ["--observe", mode]
+        command += ["--observe", mode, "--sample", str(args.sample)]
     out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=args.limit).stdout
     result = json.loads(out.strip().splitlines()[-1])
     return float(result["drain_jobs_s"]), float(result["worker_cpu_s"]) * 1e6 / args.jobs
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="threads per worker process (default 16)")
     parser.add_argument("--modes", nargs="+", default=["both"], choices=("both", "metrics", "tracing"))
+    parser.add_argument("--sample", type=float, default=1.0, help="share of traces recorded (default 1: every job)")
     parser.add_argument("--limit", type=float, default=240.0, help="give up one run after this many seconds")
     args = parser.parse_args(argv)
     modes = ["off", *args.modes]

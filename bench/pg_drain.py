@@ -66,13 +66,14 @@ def _connect(url: str, schema: str | None, redis_url: str | None = None, prefix:
     return tether.connect(url, **options)
 
 
-def observe(app: Any, what: str = "both") -> list[Any]:
+def observe(app: Any, what: str = "both", sample: float = 1.0) -> list[Any]:
     """Tracing on for ``app`` unless ``what`` is ``metrics`` (an SDK provider, a batch processor,
     an exporter that drops every span: the cost of making and handing spans, not of shipping
-    them); returns the pool observers (Prometheus metrics on a registry of their own, unless
+    them; ``sample``: the share of traces recorded, by a ratio sampler); returns the pool observers (Prometheus metrics on a registry of their own, unless
     ``what`` is ``tracing``)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     from prometheus_client import CollectorRegistry
     from tether.metrics import WorkerMetrics
     from tether.tracing import instrument
@@ -82,7 +83,7 @@ def observe(app: Any, what: str = "both") -> list[Any]:
             return SpanExportResult.SUCCESS
 
     if what != "metrics":
-        provider = TracerProvider()
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
         provider.add_span_processor(BatchSpanProcessor(Dropping()))
         instrument(app, tracer_provider=provider)
     return [] if what == "tracing" else [WorkerMetrics(CollectorRegistry())]
@@ -91,7 +92,7 @@ def observe(app: Any, what: str = "both") -> list[Any]:
 def worker_main(args: argparse.Namespace) -> None:
     """One worker process: run a pool until SIGTERM."""
     app = _connect(args.database_url, args.schema, args.redis_url, args.redis_prefix)
-    observers = observe(app, args.observe) if args.observe else None
+    observers = observe(app, args.observe, args.sample) if args.observe else None
     fd = os.open(os.path.join(args.marks, f"m.{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     @app.handler("bench.noop")
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"tether-bench-{uuid.uuid4().hex[:8]}"
     app = _connect(args.database_url, schema, args.redis_url, prefix)
     if args.observe:
-        observe(app, args.observe)
+        observe(app, args.observe, args.sample)
     result: dict[str, Any] = {
         "peer": "tether", "backend": "postgres" if postgres else "sqlite", "workload": "w1",
         "dispatcher": "redis" if args.redis_url else "polling",
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.prefetch is not None:
                 command += ["--prefetch", str(args.prefetch)]
             if args.observe:
-                command += ["--observe", args.observe]
+                command += ["--observe", args.observe, "--sample", str(args.sample)]
             if args.redis_url:
                 command += ["--redis-url", args.redis_url, "--redis-prefix", prefix]
             if schema:
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--redis-url", help="dispatch through Redis Streams at this URL (producer and workers); default: polling")
     parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics", "tracing"),
                         help="metrics and tracing on (producer and workers), or only one of them")
+    parser.add_argument("--sample", type=float, default=1.0, help="with --observe: share of traces recorded (default 1)")
     parser.add_argument("--redis-prefix", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--schema", help=argparse.SUPPRESS)

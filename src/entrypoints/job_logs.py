@@ -40,9 +40,10 @@ JOB_LOGGERS = ("tether.worker", "tether.jobs")
 jobs_logger = logging.getLogger("tether.jobs")
 
 
-def job_fields(job: Job, worker_id: str) -> dict[str, object]:
-    """The five attributes of a record about ``job`` in ``worker_id``: ``attempt`` is the
-    attempt the lease started (``job.attempts`` of the leased job, 1 for the first)."""
+def job_fields(job: Job, worker_id: str | None) -> dict[str, object]:
+    """The five attributes of a record about ``job`` in ``worker_id`` (None when no worker works
+    on it: the reaper's lines): ``attempt`` is ``job.attempts``, for a leased job the attempt its
+    lease started (1 for the first)."""
     return {"job_id": job.id, "job_type": job.job_type, "queue": job.queue, "attempt": job.attempts,
             "worker_id": worker_id}
 

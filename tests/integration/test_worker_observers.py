@@ -227,3 +227,19 @@ def test_job_lines_are_opt_in_and_carry_outcome_and_duration(capture: Capture) -
         assert {name: getattr(record, name) for name in JOB_FIELDS} == {
             "job_id": job.id, "job_type": "ok", "queue": "default", "attempt": 1, "worker_id": "w-lines"}
     assert lines[1].outcome == "completed" and lines[1].duration_seconds >= 0  # type: ignore[attr-defined]
+
+
+def test_the_reapers_line_about_a_job_carries_its_fields(capture: Capture) -> None:
+    from tether.adapters.clock import FakeClock
+    from tether.entrypoints.maintenance import Reaper
+
+    repo = InMemoryJobRepository()
+    clock = FakeClock()
+    app = Tether(repo, PollingDispatcher(repo, clock), clock)
+    job = app.enqueue("slow", queue="reports").job
+    repo.lease(queues=None, worker_id="gone", now=clock.now(), lease_timeout=1, limit=1)
+    clock.advance(2)
+    assert [j.id for j in Reaper(repo, clock, None).run_once()] == [job.id]
+    [line] = [r for r in capture.records if r.name == "tether.maintenance" and "reaped job" in r.getMessage()]
+    assert {name: getattr(line, name) for name in JOB_FIELDS} == {
+        "job_id": job.id, "job_type": "slow", "queue": "reports", "attempt": 1, "worker_id": None}

@@ -148,6 +148,8 @@ class TetherTracing:
         span: Span = state[0]
         token: object = state[1]
         try:
+            if not span.is_recording():  # not sampled: nothing to add
+                return
             if execution is None:
                 span.set_status(Status(StatusCode.ERROR, "the worker failed to run the job"))
                 return
