@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, literal, or_, select
+from sqlalchemy import and_, bindparam, case, func, literal, null, or_, select, union_all
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.schema import status_is
@@ -74,18 +74,23 @@ class SqlReads(SqlTransactions):
         return counts
 
     def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
-        """One grouped read of the live rows: ``count(*)`` per queue and live status, and the
-        least due ``scheduled_at`` (a ``CASE`` inside ``min``), under the live statuses' partial
-        indexes; finished rows are never read."""
+        """One statement over the live rows only: ``count(*)`` per queue and status, and the least
+        due ``scheduled_at`` (a ``CASE`` inside ``min``), as the ``UNION ALL`` of a grouped read
+        under each live partial index's own predicate (``queued``/``retrying``, ``running``), so
+        the planner reads those indexes and never the finished rows."""
         now = ensure_utc(now, "now")
         t = self.table
-        due = case((and_(status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING), t.c.scheduled_at <= now),
-                    t.c.scheduled_at))
-        stmt = (
-            select(t.c.queue, t.c.status, func.count(), func.min(due))
-            .where(status_is(t.c.status, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRYING))
+        waiting = (
+            select(t.c.queue, t.c.status, func.count(), func.min(case((t.c.scheduled_at <= now, t.c.scheduled_at))))
+            .where(status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING))
             .group_by(t.c.queue, t.c.status)
         )
+        running = (
+            select(t.c.queue, t.c.status, func.count(), null().label("first_due"))
+            .where(status_is(t.c.status, JobStatus.RUNNING))
+            .group_by(t.c.queue, t.c.status)
+        )
+        stmt = union_all(waiting, running)
         counts: dict[str, dict[str, int]] = {}
         oldest: dict[str, datetime] = {}
         for queue, status, n, first_due in self._read("summarise the queues", lambda c: list(c.execute(stmt))):
