@@ -6,6 +6,8 @@
     .venv/bin/python bench/pg_drain.py --json                       # one JSON line (for compare_peers.py)
     .venv/bin/python bench/pg_drain.py --bulk-only --rounds 5       # step 1 alone, 5 fresh schemas (median)
     .venv/bin/python bench/pg_drain.py --redis-url redis://127.0.0.1:6379/0   # dispatch by Redis Streams
+    .venv/bin/python bench/pg_drain.py --observe                    # with metrics and tracing on
+    .venv/bin/python bench/pg_drain.py --observe metrics            # metrics alone (or: tracing)
 
 Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/README.md):
 
@@ -16,6 +18,11 @@ Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/R
    file of its process.  The drain time runs from the first handler start until the database
    reports every job ``completed``; start-up is reported apart.
 3. **single**: ``--single-jobs`` jobs enqueued one ``enqueue`` call each, no worker running.
+
+``--observe`` turns metrics and tracing on (see :func:`observe`; ``--observe metrics`` or
+``--observe tracing`` one of them): the producer traces its enqueues (each job then carries a
+trace context), every worker exports Prometheus metrics and traces each job to an OpenTelemetry
+SDK whose exporter drops the spans.
 
 ``--bulk-only`` runs step 1 alone (``--rounds`` times, each on a fresh schema) and reports every
 round and the median.  PostgreSQL runs use a schema of their own (``tether_bench_<random>``), dropped at the end;
@@ -59,9 +66,33 @@ def _connect(url: str, schema: str | None, redis_url: str | None = None, prefix:
     return tether.connect(url, **options)
 
 
+def observe(app: Any, what: str = "both", sample: float = 1.0) -> list[Any]:
+    """Tracing on for ``app`` unless ``what`` is ``metrics`` (an SDK provider, a batch processor,
+    an exporter that drops every span: the cost of making and handing spans, not of shipping
+    them; ``sample``: the share of traces recorded, by a ratio sampler); returns the pool observers (Prometheus metrics on a registry of their own, unless
+    ``what`` is ``tracing``)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from prometheus_client import CollectorRegistry
+    from tether.metrics import WorkerMetrics
+    from tether.tracing import instrument
+
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    if what != "metrics":
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
+        provider.add_span_processor(BatchSpanProcessor(Dropping()))
+        instrument(app, tracer_provider=provider)
+    return [] if what == "tracing" else [WorkerMetrics(CollectorRegistry())]
+
+
 def worker_main(args: argparse.Namespace) -> None:
     """One worker process: run a pool until SIGTERM."""
     app = _connect(args.database_url, args.schema, args.redis_url, args.redis_prefix)
+    observers = observe(app, args.observe, args.sample) if args.observe else None
     fd = os.open(os.path.join(args.marks, f"m.{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     @app.handler("bench.noop")
@@ -69,7 +100,7 @@ def worker_main(args: argparse.Namespace) -> None:
         os.write(fd, (MARK % (payload["i"], time.time())).encode())
 
     pool = app.worker(concurrency=args.concurrency, max_wait=0.5, reap_interval=60.0, drain_timeout=5.0,
-                      prefetch=args.prefetch)
+                      prefetch=args.prefetch, observers=observers)
     stats = pool.run(install_signal_handlers=True)
     batcher = getattr(pool, "_completions", None)
     if args.verbose and batcher is not None:
@@ -128,11 +159,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     schema = f"tether_bench_{uuid.uuid4().hex[:8]}" if postgres else None
     prefix = f"tether-bench-{uuid.uuid4().hex[:8]}"
     app = _connect(args.database_url, schema, args.redis_url, prefix)
+    if args.observe:
+        observe(app, args.observe, args.sample)
     result: dict[str, Any] = {
         "peer": "tether", "backend": "postgres" if postgres else "sqlite", "workload": "w1",
         "dispatcher": "redis" if args.redis_url else "polling",
         "jobs": args.jobs, "workers": args.workers, "concurrency": args.concurrency, "prefetch": args.prefetch,
-        "python": platform.python_version(), "load1": os.getloadavg()[0],
+        "observe": args.observe, "python": platform.python_version(), "load1": os.getloadavg()[0],
     }
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="tether-marks-") as marks:
@@ -149,6 +182,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "--concurrency", str(args.concurrency), "--marks", marks] + (["--verbose"] if args.verbose else [])
             if args.prefetch is not None:
                 command += ["--prefetch", str(args.prefetch)]
+            if args.observe:
+                command += ["--observe", args.observe, "--sample", str(args.sample)]
             if args.redis_url:
                 command += ["--redis-url", args.redis_url, "--redis-prefix", prefix]
             if schema:
@@ -236,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     parser.add_argument("--verbose", action="store_true", help="workers print their stats and completion batch sizes")
     parser.add_argument("--redis-url", help="dispatch through Redis Streams at this URL (producer and workers); default: polling")
+    parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics", "tracing"),
+                        help="metrics and tracing on (producer and workers), or only one of them")
+    parser.add_argument("--sample", type=float, default=1.0, help="with --observe: share of traces recorded (default 1)")
     parser.add_argument("--redis-prefix", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--schema", help=argparse.SUPPRESS)

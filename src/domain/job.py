@@ -75,6 +75,7 @@ class NewJob:
     max_attempts: int
     scheduled_at: datetime
     idempotency_key: str | None = None
+    headers_json: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_column_range(self.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
@@ -112,6 +113,8 @@ class Job:
             on the ``cancelled`` job.
         history: how its attempts ended, oldest first, the newest
             :data:`~tether.domain.history.HISTORY_LIMIT` kept (:mod:`tether.domain.history`).
+        headers_json: JSON text of a small object of string headers carried with the job (the
+            enqueuing trace context, see :mod:`tether.domain.headers`), or None.
     """
 
     id: int
@@ -133,11 +136,17 @@ class Job:
     finished_at: datetime | None = None
     cancel_requested_at: datetime | None = None
     history: tuple[Attempt, ...] = ()
+    headers_json: str | None = None
 
     @property
     def payload(self) -> Any:
         """A fresh decoded copy of the payload; mutating it changes nothing stored."""
         return json.loads(self.payload_json)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """A fresh copy of the job's headers (empty when it has none)."""
+        return {} if self.headers_json is None else dict(json.loads(self.headers_json))
 
     def is_due(self, now: datetime) -> bool:
         """True when the job is queued or retrying and ``scheduled_at <= now``."""

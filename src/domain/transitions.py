@@ -74,6 +74,7 @@ def create(new: NewJob, *, job_id: int, now: datetime) -> Job:
         scheduled_at=new.scheduled_at,
         created_at=now,
         idempotency_key=new.idempotency_key,
+        headers_json=new.headers_json,
     )
 
 

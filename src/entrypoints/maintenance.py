@@ -23,6 +23,7 @@ from tether.domain.errors import ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds
+from tether.entrypoints.job_logs import job_fields
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -76,6 +77,7 @@ class Reaper:
             logger.warning(
                 "reaped job %s (%s) from %s: attempt %s/%s, now %s",
                 job.id, job.job_type, job.queue, job.attempts, job.max_attempts, job.status.value,
+                extra=job_fields(job, None),
             )
         retrying = [j for j in reaped if j.status is JobStatus.RETRYING]
         if retrying and self.dispatcher is not None:

@@ -19,6 +19,7 @@ applied on the way out).
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +33,7 @@ from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.lease import without_token
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
+from tether.domain.queue_summary import QueueSummary
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from tether.domain.schedules import Schedule
 from tether.domain.validation import (
@@ -46,8 +48,10 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.job_control import MAX_BIGINT, JobControl, job_id_of
 from tether.entrypoints.periodic import PeriodicSchedules, decoded_payload, tick_job
+from tether.entrypoints.send_observer import SendObserver
 from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL
 from tether.entrypoints.worker import WorkerPool, WorkerStats
+from tether.entrypoints.worker.observers import JobObserver
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -128,6 +132,11 @@ class Tether(JobControl, PeriodicSchedules):
         self._schedules_lock = threading.Lock()
         self._pools: list[WorkerPool] = []
         self._closed = False
+        #: Observers every worker pool of this app gets, before those given to :meth:`worker`
+        #: (``tether.tracing.instrument`` adds its tracer here).
+        self.observers: list[JobObserver] = []
+        #: Watches each enqueue (a tracer's ``send`` span), or None: no call at all.
+        self.send_observer: SendObserver | None = None
 
     # -- handlers ----------------------------------------------------------------------------
     @overload
@@ -298,7 +307,13 @@ class Tether(JobControl, PeriodicSchedules):
         request = EnqueueRequest(job_type, payload, queue, priority, run_at, delay, max_attempts, idempotency_key)
         now = self.clock.now()
         new_job = self._prepare(request, now)
-        result = self.repository.enqueue(new_job, now=now, connection=connection)
+        observer = self.send_observer
+        if observer is None:
+            result = self.repository.enqueue(new_job, now=now, connection=connection)
+        else:
+            with observer.send([new_job]) as sending:
+                result = self.repository.enqueue(sending.jobs[0], now=now, connection=connection)
+                sending.stored([result])
         if result.created:
             self._notify_after_commit(connection, [result.job])
         return _public_result(result)
@@ -325,7 +340,13 @@ class Tether(JobControl, PeriodicSchedules):
                 raise type(exc)(f"requests[{i}].{exc.field}", exc.problem) from None
         if not new_jobs:
             return []
-        results = self.repository.enqueue_many(new_jobs, now=now, connection=connection)
+        observer = self.send_observer
+        if observer is None:
+            results = self.repository.enqueue_many(new_jobs, now=now, connection=connection)
+        else:
+            with observer.send(new_jobs) as sending:
+                results = self.repository.enqueue_many(sending.jobs, now=now, connection=connection)
+                sending.stored(results)
         self._notify_after_commit(connection, [r.job for r in results if r.created])
         return [_public_result(result) for result in results]
 
@@ -365,6 +386,16 @@ class Tether(JobControl, PeriodicSchedules):
         Raises ValidationError for a bad queue name."""
         return self.repository.count_by_status(queue=validate_queue(queue) if queue is not None else None)
 
+    def queue_summaries(self) -> builtins.list[QueueSummary]:
+        """Each queue holding live jobs, by name: its ``queued``/``running``/``retrying`` counts
+        and its oldest due job's ``scheduled_at`` now (``summary.latency(now)`` in seconds).  One
+        cheap read; what ``tether.metrics.StoreCollector`` exports.
+
+        Raises:
+            StorageUnavailable: the repository could not be reached.
+        """
+        return self.repository.queue_summaries(now=self.clock.now())
+
     def find_by_key(self, idempotency_key: str) -> Job | None:
         """The job holding this idempotency key, or None.  Raises ValidationError for a bad key."""
         key = validate_idempotency_key(idempotency_key)
@@ -385,10 +416,13 @@ class Tether(JobControl, PeriodicSchedules):
         max_wait: float = 1.0,
         prefetch: int | None = None,
         job_timeout: float | None = None,
+        observers: Sequence[JobObserver] | None = None,
     ) -> WorkerPool:
         """A worker pool running this app's handlers (see :class:`~tether.entrypoints.worker.WorkerPool`
         for every argument).  Call ``.run()`` to block (SIGINT/SIGTERM stop it gracefully) or
-        ``.start()`` / ``.stop()`` to run it in the background.
+        ``.start()`` / ``.stop()`` to run it in the background.  ``observers`` watch its jobs
+        (``tether.metrics.WorkerMetrics()``, ``tether.entrypoints.job_logs.JobLogObserver()``),
+        after the app's own :attr:`observers`.
 
         Raises:
             ValidationError: a bad argument.
@@ -417,6 +451,7 @@ class Tether(JobControl, PeriodicSchedules):
             schedules=self._schedules,
             schedule_store=self.schedule_store,
             prepare_tick=self._prepare_tick,
+            observers=[*self.observers, *(observers or ())],
         )
         self._pools.append(pool)
         return pool

@@ -26,6 +26,9 @@ drain_timeout         ``--drain-timeout``        TETHER_DRAIN_TIMEOUT    30 s
 job_timeout           ``--job-timeout``          TETHER_JOB_TIMEOUT      none (no limit)
 max_payload_bytes     ``--max-payload-bytes``    TETHER_MAX_PAYLOAD_...  65,536 bytes
 log_level             ``--log-level``            TETHER_LOG_LEVEL        INFO
+log_format            ``--log-format``           TETHER_LOG_FORMAT       ``text``
+log_jobs              ``--log-jobs``             TETHER_LOG_JOBS         off
+metrics_port          ``--metrics-port``         TETHER_METRICS_PORT     none (no metrics)
 ====================  =========================  ======================  =====================
 """
 
@@ -47,6 +50,8 @@ DEFAULT_DATABASE_URL = "sqlite:///tether.db"
 MEMORY_URL = "memory://"
 ENV_PREFIX = "TETHER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: How ``tether worker`` writes its log: a line of text, or one JSON object per line.
+LOG_FORMATS = ("text", "json")
 #: A PostgreSQL schema name Tether will quote into DDL: an unquoted identifier, at most 63 bytes.
 SCHEMA_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 MAX_CONCURRENCY = 1024
@@ -281,6 +286,20 @@ def _log_level(instance: object, attribute: attrs.Attribute, value: Any) -> None
         raise InvalidSetting("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
 
 
+def _log_format(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value not in LOG_FORMATS:
+        raise InvalidSetting("log_format", f"must be one of {', '.join(LOG_FORMATS)}, got {value!r}")
+
+
+def _log_jobs(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if not isinstance(value, bool):
+        raise InvalidSetting("log_jobs", f"must be true or false, got {value!r}")
+
+
+def _to_lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
 def _to_queues(value: Any) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -318,6 +337,10 @@ class Settings:
             None for no limit (see :mod:`tether.entrypoints.worker.timeouts`).
         max_payload_bytes: largest encoded payload accepted, in bytes.
         log_level: DEBUG, INFO, WARNING, ERROR or CRITICAL.
+        log_format: ``text`` (one line of text per record) or ``json`` (one JSON object per line,
+            with the job fields of :mod:`tether.entrypoints.job_logs`).
+        log_jobs: a worker logs one INFO line as each job starts and one as its outcome is recorded.
+        metrics_port: the TCP port (1-65535) a worker exports Prometheus metrics on; None: none.
 
     Raises:
         InvalidSetting: on the first bad value, naming the setting, its flag and its variable.
@@ -339,6 +362,9 @@ class Settings:
     job_timeout: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     max_payload_bytes: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_int_between(MIN_PAYLOAD_LIMIT, MAX_PAYLOAD_LIMIT))
     log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
+    log_format: str = attrs.field(default="text", converter=_to_lower, validator=_log_format)
+    log_jobs: bool = attrs.field(default=False, validator=_log_jobs)
+    metrics_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(_int_between(1, 65535)))
 
     def __attrs_post_init__(self) -> None:
         if self.redis_cluster and self.redis_url is None:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -86,7 +87,8 @@ def store_old(repo: Any, new: NewJob) -> Job:
     """Store ``new`` (queued) in a schema of an older revision: only the columns every revision has
     (today's ``repo.enqueue`` would ask for columns it lacks); the job as the head reads it."""
     with repo.engine.begin() as conn:
-        job_id = conn.execute(insert(repo.table).values(**new_job_values(new, NOW)).returning(repo.table.c.id)).scalar_one()
+        values = {k: v for k, v in new_job_values(new, NOW).items() if k != "headers"}  # 0007's column
+        job_id = conn.execute(insert(repo.table).values(**values).returning(repo.table.c.id)).scalar_one()
     return inserted_job(new, job_id, NOW)
 
 
@@ -191,7 +193,7 @@ def assert_at_head(target: Target, tmp_path: Path) -> None:
 def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
     revisions = migrations.shipped_revisions()
     assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
-    assert revisions[-1] == HEAD_REVISION == "0006"
+    assert revisions[-1] == HEAD_REVISION == "0007"
     assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
 
 
@@ -263,7 +265,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
         command.upgrade(migrations.alembic_config(target.schema, connection=conn), "0002")
     old = target.open(create=False, check=False)  # no upgrade yet
     table = old.table
-    older_columns = [c for c in table.c if c.name not in ("cancel_requested_at", "history")]
+    older_columns = [c for c in table.c if c.name not in ("cancel_requested_at", "history", "headers")]
     try:
         assert old.schema_version() == 2
         stored = [store_old(old, new_job(n, key=f"key-{n}" if n % 2 else None)) for n in range(5)]
@@ -283,17 +285,20 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
 
     repo = target.open()  # create=True upgrades
     try:
-        assert repo.schema_version() == SCHEMA_VERSION == 6
+        assert repo.schema_version() == SCHEMA_VERSION == 7
         assert_at_head(target, tmp_path)
         with repo.engine.connect() as conn:
             after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
         assert after == before and len(after) == 5
         assert all(repo.get(row.id).cancel_requested_at is None for row in after)
+        assert all(repo.get(row.id).headers_json is None for row in after)  # 0007: no headers on old rows
         assert repo.get(running).lease_token == "a" * 32
         later = NOW + timedelta(seconds=5)
         assert repo.cancel(running, now=later).cancel_requested_at == later  # the new column and CHECKs work
         assert repo.cancel(stored[0].id, now=later).status is JobStatus.CANCELLED
         assert repo.enqueue(new_job(7), now=NOW).job.id > purged_id
+        traced = repo.enqueue(attrs.evolve(new_job(8), headers_json='{"traceparent":"00-a-b-01"}'), now=NOW).job
+        assert repo.get(traced.id).headers == {"traceparent": "00-a-b-01"}
     finally:
         repo.close()
 
@@ -375,6 +380,8 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "CREATE TABLE tether_schedules" in only_new and "UPDATE tether_alembic_version SET version_num='0005'" in only_new
     assert "ALTER TABLE tether_jobs ADD COLUMN history JSONB" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0006'" in only_new
+    assert "ALTER TABLE tether_jobs ADD COLUMN headers TEXT" in only_new
+    assert "UPDATE tether_alembic_version SET version_num='0007'" in only_new
     assert "CREATE TABLE app_jobs.tether_workers" in pg
     lite = migrations.upgrade_sql("sqlite")
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite

@@ -38,6 +38,10 @@ def _imported_top_level_modules(folder: Path) -> set[str]:
     return found
 
 
+#: Dependencies whose import name is not their project name.
+IMPORT_NAMES = {"python_json_logger": "pythonjsonlogger"}
+
+
 def test_every_runtime_dependency_is_imported_by_tether() -> None:
     """A dependency nothing in src/ imports only costs every install (psycopg-pool was one)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -46,7 +50,8 @@ def test_every_runtime_dependency_is_imported_by_tether() -> None:
     for requirement in config["project"]["dependencies"]:
         name = re.match(r"[A-Za-z0-9_.-]+", requirement)
         assert name, requirement
-        module = name.group(0).lower().replace("-", "_")  # every dependency's import name is its project name so
+        module = name.group(0).lower().replace("-", "_")  # a dependency's import name is its project name
+        module = IMPORT_NAMES.get(module, module)  # but for these
         if module not in imported:
             unused.append(requirement)
     assert unused == [], f"listed in [project] dependencies but imported nowhere in src/: {unused}"

@@ -39,6 +39,7 @@ def row_to_job(row: Any) -> Job:
         finished_at=m["finished_at"],
         cancel_requested_at=m["cancel_requested_at"],
         history=history_from_json(m["history"]),
+        headers_json=m["headers"],
     )
 
 
@@ -67,6 +68,7 @@ def inserted_job(new_job: NewJob, job_id: int, now: datetime) -> Job:
         and type(n.priority) is int
         and type(n.max_attempts) is int
         and (n.idempotency_key is None or type(n.idempotency_key) is str)
+        and (n.headers_json is None or type(n.headers_json) is str)
         and type(n.scheduled_at) is datetime
         and n.scheduled_at.tzinfo is UTC
         and type(now) is datetime
@@ -81,6 +83,7 @@ def inserted_job(new_job: NewJob, job_id: int, now: datetime) -> Job:
         max_attempts=int(n.max_attempts),
         scheduled_at=_plain_utc(n.scheduled_at),
         idempotency_key=None if n.idempotency_key is None else str(n.idempotency_key),
+        headers_json=None if n.headers_json is None else str(n.headers_json),
     )
     return create(plain, job_id=job_id, now=_plain_utc(now))
 
@@ -98,6 +101,7 @@ def new_job_values(new_job: NewJob, now: datetime) -> dict[str, Any]:
         "scheduled_at": new_job.scheduled_at,
         "created_at": now,
         "idempotency_key": new_job.idempotency_key,
+        "headers": new_job.headers_json,
     }
 
 

@@ -68,7 +68,7 @@ _STATUSES = {status.value: status for status in JobStatus}
 JOB_COLUMNS = (
     "id", "job_type", "queue", "payload", "priority", "status", "attempts", "max_attempts", "scheduled_at",
     "created_at", "idempotency_key", "lease_token", "leased_by", "leased_at", "lease_expires_at", "last_error",
-    "finished_at", "cancel_requested_at", "history",
+    "finished_at", "cancel_requested_at", "history", "headers",
 )
 
 
@@ -79,7 +79,7 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 def job_from_tuple(row: Sequence[Any]) -> Job:
-    """The :class:`Job` of the first 19 columns of a raw row, in :data:`JOB_COLUMNS` order
+    """The :class:`Job` of the first 20 columns of a raw row, in :data:`JOB_COLUMNS` order
     (what :func:`~tether.adapters.sqlalchemy.mapping.row_to_job` gives, without SQLAlchemy's
     per-column result processing: psycopg already returns ``int``/``str``/aware datetimes)."""
     return Job(
@@ -87,7 +87,7 @@ def job_from_tuple(row: Sequence[Any]) -> Job:
         attempts=row[6], max_attempts=row[7], scheduled_at=_utc(row[8]), created_at=_utc(row[9]),  # type: ignore[arg-type]
         idempotency_key=row[10], lease_token=row[11], leased_by=row[12], leased_at=_utc(row[13]),
         lease_expires_at=_utc(row[14]), last_error=row[15], finished_at=_utc(row[16]),
-        cancel_requested_at=_utc(row[17]), history=history_from_json(row[18]),
+        cancel_requested_at=_utc(row[17]), history=history_from_json(row[18]), headers_json=row[19],
     )
 
 

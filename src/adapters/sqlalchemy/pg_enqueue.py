@@ -67,10 +67,11 @@ class PgEnqueue(PgConnections):
         if sql is None:
             sql = self._statements["insert_driver"] = (
                 f"INSERT INTO {self._qualified_table} (job_type, queue, payload, priority, status, attempts, "
-                "max_attempts, scheduled_at, created_at) VALUES (%s, %s, %s, %s, 'queued', 0, %s, %s, %s) RETURNING id"
+                "max_attempts, scheduled_at, created_at, headers) VALUES (%s, %s, %s, %s, 'queued', 0, %s, %s, %s, %s) "
+                "RETURNING id"
             )
         params = (new_job.job_type, new_job.queue, new_job.payload_json, new_job.priority, new_job.max_attempts,
-                  new_job.scheduled_at, now)
+                  new_job.scheduled_at, now, new_job.headers_json)
         try:
             [(job_id,)] = self._driver_once("enqueue a job", sql, params)
         except _UnknownOutcome as unknown:

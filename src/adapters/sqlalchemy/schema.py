@@ -137,6 +137,7 @@ def build_jobs_table(metadata: MetaData) -> Table:
         Column("finished_at", UtcDateTime(), nullable=True),
         Column("cancel_requested_at", UtcDateTime(), nullable=True),
         Column("history", HistoryJson(), nullable=True),
+        Column("headers", Text(), nullable=True),
         CheckConstraint(STATUS_CHECK, name="ck_tether_jobs_status"),
         CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="ck_tether_jobs_attempts"),
         CheckConstraint(

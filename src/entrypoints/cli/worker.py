@@ -16,11 +16,13 @@ from rich.console import Console
 from tether.domain.errors import ServiceUnavailable, TetherError, ValidationError
 from tether.domain.wording import with_article
 from tether.entrypoints.cli.options import SECONDS, load_settings, setting_option
-from tether.entrypoints.cli.values import FlagNamingCommand, integer, option_label
-from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE
+from tether.entrypoints.cli.values import FlagNamingCommand, integer, option_label, switch
+from tether.entrypoints.job_logs import JobFieldsFilter, JobLogObserver
+from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE, Settings
 
 if TYPE_CHECKING:
     from tether.entrypoints.service import Tether
+    from tether.entrypoints.worker.observers import JobObserver
 
 
 def load_app(spec: str) -> Tether:
@@ -149,6 +151,20 @@ def worker(
     log_level: Annotated[
         str | None, setting_option("log_level", "DEBUG, INFO, WARNING, ERROR or CRITICAL. [default: INFO]")
     ] = None,
+    log_format: Annotated[
+        str | None,
+        setting_option("log_format", "text, or json: one JSON object per line, with the job's fields. [default: text]"),
+    ] = None,
+    log_jobs: Annotated[
+        bool | None,
+        setting_option("log_jobs", "Log one INFO line as each job starts and one as it finishes. [default: off]",
+                       parser=switch),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        setting_option("metrics_port", "Export Prometheus metrics at http://0.0.0.0:N/metrics (needs "
+                       "tether-jobs[prometheus]). [default: none]", parser=integer(), metavar="N"),
+    ] = None,
     worker_id: Annotated[
         str | None, typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")
     ] = None,
@@ -171,8 +187,12 @@ def worker(
         drain_timeout=drain_timeout,
         job_timeout=job_timeout,
         log_level=log_level,
+        log_format=log_format,
+        log_jobs=log_jobs,
+        metrics_port=metrics_port,
     )
-    _configure_logging(settings.log_level)
+    _configure_logging(settings.log_level, settings.log_format)
+    observers = _observers(ctx, settings)
     try:
         tether_app = load_app(app_spec)
     except ServiceUnavailable as exc:  # exit 1 as ever, but say that loading the app met it
@@ -188,7 +208,10 @@ def worker(
             drain_timeout=settings.drain_timeout,
             job_timeout=settings.job_timeout,
             worker_id=worker_id,
+            observers=observers,
         )
+        if settings.metrics_port is not None:
+            _serve_metrics(ctx, settings.metrics_port)
         logging.getLogger("tether.cli").info(
             "worker %s: %d thread(s), queues %s; store %r, dispatch %r (both chosen by the app %s)",
             pool.worker_id,
@@ -234,10 +257,51 @@ def _label_of(ctx: typer.Context, parameter: str) -> str:
     return option_label(param, ctx)
 
 
-def _configure_logging(level: str) -> None:
-    """Worker logs on stderr: rich on a terminal, one plain line per record otherwise."""
+def _observers(ctx: typer.Context, settings: Settings) -> list[JobObserver]:
+    """The observers the flags ask for: job lines (``--log-jobs``), metrics (``--metrics-port``).
+
+    Raises:
+        ValidationError (``--metrics-port``): prometheus-client is not installed.
+    """
+    observers: list[JobObserver] = []
+    if settings.log_jobs:
+        observers.append(JobLogObserver())
+    if settings.metrics_port is not None:
+        try:
+            from tether.entrypoints.observability.metrics import WorkerMetrics
+        except ImportError:
+            raise ValidationError(_label_of(ctx, "metrics_port"), "needs prometheus-client: pip install "
+                                  "'tether-jobs[prometheus]'") from None
+        observers.append(WorkerMetrics())
+    return observers
+
+
+def _serve_metrics(ctx: typer.Context, port: int) -> None:
+    """Export the process's metrics on ``port`` (all interfaces).
+
+    Raises:
+        ValidationError (``--metrics-port``): the port is in use or cannot be bound.
+    """
+    from tether.entrypoints.observability.metrics import serve
+
+    try:
+        serve(port)
+    except ValidationError as exc:
+        raise ValidationError(_label_of(ctx, "metrics_port"), exc.problem) from None
+    logging.getLogger("tether.cli").info("metrics at http://0.0.0.0:%d/metrics", port)
+
+
+def _configure_logging(level: str, log_format: str = "text") -> None:
+    """Worker logs on stderr: one JSON object per line (``json``); else rich on a terminal, one
+    plain line per record otherwise.  Every record made while a job is worked on carries the
+    job's fields (:class:`~tether.entrypoints.job_logs.JobFieldsFilter`)."""
     handler: logging.Handler
-    if sys.stderr.isatty():
+    if log_format == "json":
+        from tether.entrypoints.observability.json_logs import json_formatter
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(json_formatter())
+    elif sys.stderr.isatty():
         from rich.logging import RichHandler
 
         handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
@@ -245,6 +309,7 @@ def _configure_logging(level: str) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(JobFieldsFilter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 

@@ -22,6 +22,7 @@ import attrs
 from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import LeaseLost
 from tether.domain.failure import describe_failure
+from tether.entrypoints.job_logs import job_fields
 from tether.entrypoints.worker.held import HeldJobs
 from tether.entrypoints.worker.stats import Counts
 from tether.ports.clock import Clock
@@ -119,7 +120,7 @@ class Heartbeats:
                     logger.warning(
                         "worker %s: heartbeat refused for job %s: lease lost (the reaper or another worker took it); "
                         "the handler's context is cancelled and its outcome will not be recorded",
-                        self._worker_id, entry.job.id,
+                        self._worker_id, entry.job.id, extra=job_fields(entry.job, self._worker_id),
                     )
                 except Exception as exc:  # noqa: BLE001 - retry at the next beat
                     failed += 1

@@ -32,6 +32,7 @@ class HeldJob:
         lost_counted: a ``LeaseLost`` for this lease is in the stats already.
         deferred: its completion is with the batcher, which finishes the entry.
         handler_returned: its handler returned (or raised); it can no longer time out.
+        started: ``time.monotonic()`` when its handler started (0.0 before), for observers.
 
     Set only for a job whose handler has a time limit (:mod:`.timeouts`):
 
@@ -56,6 +57,7 @@ class HeldJob:
         self.lost_counted = False
         self.deferred = False
         self.handler_returned = False
+        self.started = 0.0
         self.timeout: float | None = None
         self.deadline = math.inf
         self.timed_out = False

@@ -37,8 +37,10 @@ from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.entrypoints.execution import Execution, Outcome, OutcomeWriter
+from tether.entrypoints.job_logs import enter_job, leave_job
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.observers import Observers
 from tether.entrypoints.worker.stats import OUTCOME_COUNTERS, Counts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -92,6 +94,7 @@ class Outcomes:
         clock: the lease expiry is compared with its ``now``.
         worker_id: for logs.
         ratelog: the pool's rate-limited log.
+        observer: told of each recorded outcome (see :mod:`.observers`), or None.
     """
 
     def __init__(
@@ -104,7 +107,9 @@ class Outcomes:
         clock: Clock,
         worker_id: str,
         ratelog: RateLimitedLog,
+        observer: Observers | None = None,
     ) -> None:
+        self._observer = observer
         self._held = held
         self._counts = counts
         self._completions = completions
@@ -123,6 +128,8 @@ class Outcomes:
         counter = OUTCOME_COUNTERS.get(result.outcome)
         if counter is not None and not entry.deferred:
             self._counts.count(counter)
+            if self._observer is not None:
+                self._observer.job_finished(entry.job, result.outcome, time.monotonic() - entry.started)
         if result.outcome in (Outcome.RETRYING, Outcome.SNOOZED, Outcome.NO_HANDLER):
             announce(self._dispatcher, result.job, self._ratelog)
         if result.outcome is Outcome.NO_HANDLER:
@@ -160,26 +167,35 @@ class Outcomes:
     def completed(self, entry: HeldJob, result: Job | BaseException) -> None:
         """On the flusher thread: the deferred completion of ``entry`` returned ``result``; the
         job is recorded and no longer held."""
+        scope = enter_job(entry.job, self._worker_id)
         try:
-            if isinstance(result, Job):
-                entry.ctx.job = result
-                self._counts.count("cancelled" if result.status is JobStatus.CANCELLED else "completed")
-            elif isinstance(result, LeaseLost):
-                self._counts.count("lease_lost")
-                logger.warning(
-                    "worker %s: complete of job %s refused: lease lost (the reaper or another worker took it); "
-                    "nothing written", self._worker_id, entry.job.id,
-                )
-            elif isinstance(result, StorageUnavailable):
-                logger.error(
-                    "worker %s: giving up complete of job %s (%s); the reaper will take the job back when its lease "
-                    "expires", self._worker_id, entry.job.id, describe_failure(result, 500),
-                )
-            else:
-                logger.error("worker %s: complete of job %s failed; the reaper will take the job back",
-                             self._worker_id, entry.job.id, exc_info=result)
+            self._completed(entry, result)
         finally:
+            leave_job(scope)
             self._held.finish(entry)
+
+    def _completed(self, entry: HeldJob, result: Job | BaseException) -> None:
+        if isinstance(result, Job):
+            entry.ctx.job = result
+            cancelled = result.status is JobStatus.CANCELLED
+            self._counts.count("cancelled" if cancelled else "completed")
+            if self._observer is not None:
+                self._observer.job_finished(entry.job, Outcome.CANCELLED if cancelled else Outcome.COMPLETED,
+                                            time.monotonic() - entry.started)
+        elif isinstance(result, LeaseLost):
+            self._counts.count("lease_lost")
+            logger.warning(
+                "worker %s: complete of job %s refused: lease lost (the reaper or another worker took it); "
+                "nothing written", self._worker_id, entry.job.id,
+            )
+        elif isinstance(result, StorageUnavailable):
+            logger.error(
+                "worker %s: giving up complete of job %s (%s); the reaper will take the job back when its lease "
+                "expires", self._worker_id, entry.job.id, describe_failure(result, 500),
+            )
+        else:
+            logger.error("worker %s: complete of job %s failed; the reaper will take the job back",
+                         self._worker_id, entry.job.id, exc_info=result)
 
     def write(self, entry: HeldJob, what: str, write: Callable[[], _T]) -> _T | None:
         """Run one fenced write, retrying ``StorageUnavailable`` while the lease may still be held.

@@ -25,12 +25,14 @@ from tether.domain.retry import RetryPolicy
 from tether.domain.schedules import Schedule
 from tether.domain.validation import validate_int, validate_queue, validate_seconds, validate_worker_id
 from tether.entrypoints.handlers import HandlerSpec
+from tether.entrypoints.job_logs import install_filter
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
 from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE
 from tether.entrypoints.worker.acquirer import Acquirer
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.heartbeats import Heartbeats
 from tether.entrypoints.worker.held import HeldJobs
+from tether.entrypoints.worker.observers import JobObserver, combine
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.presence import Presence
 from tether.entrypoints.worker.runner import ThreadRunner
@@ -88,6 +90,8 @@ class WorkerPool:
         schedule_store: where schedules are declared and ticks' marks kept; None: no ticking
             (and no cancelling of removed schedules' ticks).
         prepare_tick: builds a tick's job (required with ``schedule_store``).
+        observers: told about each job and the pool's start (metrics, traces, job logs; see
+            :mod:`tether.entrypoints.worker.observers`); None or empty: no observer call at all.
 
     Raises:
         ValidationError: naming the bad argument.
@@ -115,6 +119,7 @@ class WorkerPool:
         schedules: Mapping[str, Schedule] | None = None,
         schedule_store: ScheduleStore | None = None,
         prepare_tick: PrepareTick | None = None,
+        observers: Sequence[JobObserver] | None = None,
     ) -> None:
         self.repository = repository
         self.dispatcher = dispatcher
@@ -142,6 +147,8 @@ class WorkerPool:
         self.prefetch = self.concurrency if prefetch is None else validate_int(prefetch, "prefetch", 0, 1024)
         self.job_timeout = None if job_timeout is None else validate_seconds(job_timeout, "job_timeout", allow_zero=False)
 
+        install_filter()  # its log records about a job carry the job's fields (see tether.entrypoints.job_logs)
+        self._observer = observer = combine(observers)
         self._started = False
         self._stopped = False
         self._stop_lock = threading.Lock()
@@ -151,7 +158,7 @@ class WorkerPool:
         self._completions = completions = CompletionBatcher(repository, clock, name="tether-complete")
         outcomes = Outcomes(
             held=held, counts=counts, completions=completions, dispatcher=dispatcher, clock=clock,
-            worker_id=self.worker_id, ratelog=ratelog,
+            worker_id=self.worker_id, ratelog=ratelog, observer=observer,
         )
         self._timeouts = timeouts = Timeouts(
             held=held, counts=counts, outcomes=outcomes, handlers=handlers, repository=repository, clock=clock,
@@ -160,7 +167,7 @@ class WorkerPool:
         self._runner = runner = ThreadRunner(
             held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
             clock=clock, retry_policy=self.retry_policy, concurrency=self.concurrency, worker_id=self.worker_id,
-            timeouts=timeouts, job_timeout=self.job_timeout,
+            timeouts=timeouts, job_timeout=self.job_timeout, observer=observer,
         )
         timeouts.slots = runner
         self._shutdown = shutdown = Shutdown(
@@ -234,6 +241,8 @@ class WorkerPool:
             self.heartbeat_interval, self.reap_interval,
             "none" if self.job_timeout is None else f"{self.job_timeout:g} s", self._ticker.schedule_count,
         )
+        if self._observer is not None:
+            self._observer.pool_started(self)
         self._presence.announce()
         self._completions.start()
         self._runner.start()

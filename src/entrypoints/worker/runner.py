@@ -32,10 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from tether.domain.retry import RetryPolicy
-from tether.entrypoints.execution import execute_job
+from tether.entrypoints.execution import Execution, execute_job
 from tether.entrypoints.handlers import HandlerSpec
+from tether.entrypoints.job_logs import enter_job, leave_job
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.observers import Observers
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
@@ -100,6 +102,7 @@ class ThreadRunner(Runner):
         worker_id: for logs and error texts.
         timeouts: the pool's watchdog, told of every job whose handler has a time limit.
         job_timeout: the limit of handlers registered without one, in seconds, or None.
+        observer: told when each handler starts and returns (see :mod:`.observers`), or None.
     """
 
     def __init__(
@@ -116,8 +119,10 @@ class ThreadRunner(Runner):
         worker_id: str,
         timeouts: Timeouts,
         job_timeout: float | None = None,
+        observer: Observers | None = None,
     ) -> None:
         self.slots = concurrency
+        self._observer = observer
         self.handler_seconds: float | None = None
         self._held = held
         self._lock = held.lock
@@ -247,7 +252,7 @@ class ThreadRunner(Runner):
             entry = self._inbox.get()
             if entry is None:
                 return
-            started = time.monotonic()
+            started = entry.started = time.monotonic()
             ends = False
             try:
                 self._process(entry)
@@ -281,11 +286,27 @@ class ThreadRunner(Runner):
             timeout = spec.timeout if spec.timeout is not None else self._job_timeout
             if timeout is not None:
                 self._timeouts.watch(entry, timeout)
-        result = execute_job(
+        scope = enter_job(entry.job, self._worker_id)  # its log records say which job they are about
+        try:
+            observer = self._observer
+            if observer is None:
+                result = self._execute(entry)
+            else:
+                state = observer.job_started(entry.job, self._worker_id)
+                returned: Execution | None = None
+                try:
+                    result = returned = self._execute(entry)
+                finally:
+                    observer.handler_returned(entry.job, state, returned)
+            self._outcomes.record(entry, result)
+        finally:
+            leave_job(scope)
+
+    def _execute(self, entry: HeldJob) -> Execution:
+        return execute_job(
             entry.job, entry.ctx, handlers=self._handlers, repository=self._repository, clock=self._clock,
             retry_policy=self._retry_policy, writer=self._outcomes.writer(entry), worker_id=self._worker_id,
         )
-        self._outcomes.record(entry, result)
 
     def _finish(self, entry: HeldJob) -> None:
         """The job's handler returned (or never started) and its outcome is written, given up, or

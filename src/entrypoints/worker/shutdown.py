@@ -28,6 +28,7 @@ from types import FrameType
 from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import LeaseLost
 from tether.domain.job import Job, JobStatus
+from tether.entrypoints.job_logs import job_scope
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.outcomes import announce
 from tether.entrypoints.worker.runner import Runner
@@ -152,6 +153,10 @@ class Shutdown:
         """Cancel the handler of ``entry`` and hand its job back under the fence (``reason`` goes
         to the log line); nothing is released when its outcome is being written already, and a
         job past its time limit is written as timed out instead."""
+        with job_scope(entry.job, self._worker_id):
+            self._release(entry, reason)
+
+    def _release(self, entry: HeldJob, reason: str) -> None:
         with entry.lock:
             if entry.finishing or entry.released:
                 return

@@ -50,6 +50,7 @@ from tether.domain.errors import JobTimeout
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.execution import record_failure
 from tether.entrypoints.handlers import HandlerSpec
+from tether.entrypoints.job_logs import job_fields, job_scope
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.stats import Counts
@@ -158,25 +159,29 @@ class Timeouts:
             entry.settled = drop
             lost = entry.ctx.lease_lost
         try:
-            if lost:
-                logger.warning(
-                    "worker %s: job %s timed out after losing its lease; nothing written", self._worker_id, entry.job.id
-                )
-                return True
-            result = record_failure(
-                entry.job, entry.ctx, self._handlers.get(entry.job.job_type), JobTimeout(entry.timeout or 0.0),
-                repository=self._repository, clock=self._clock, retry_policy=self._retry_policy,
-                writer=self._outcomes.writer(entry), worker_id=self._worker_id,
-            )
-            self._outcomes.record(entry, result)
-            return True
+            with job_scope(entry.job, self._worker_id):
+                return self._write_timeout(entry, lost)
         except Exception:  # never break the caller (the watchdog, shutdown, a handler thread)
             logger.exception("worker %s: could not write the timeout of job %s; the reaper will take it back",
-                             self._worker_id, entry.job.id)
+                             self._worker_id, entry.job.id, extra=job_fields(entry.job, self._worker_id))
             return True
         finally:
             if drop:
                 self._held.finish(entry)
+
+    def _write_timeout(self, entry: HeldJob, lost: bool) -> bool:
+        if lost:
+            logger.warning(
+                "worker %s: job %s timed out after losing its lease; nothing written", self._worker_id, entry.job.id
+            )
+            return True
+        result = record_failure(
+            entry.job, entry.ctx, self._handlers.get(entry.job.job_type), JobTimeout(entry.timeout or 0.0),
+            repository=self._repository, clock=self._clock, retry_policy=self._retry_policy,
+            writer=self._outcomes.writer(entry), worker_id=self._worker_id,
+        )
+        self._outcomes.record(entry, result)
+        return True
 
     # -- the watchdog ------------------------------------------------------------------------
     def check_once(self, now: float | None = None) -> TimeoutPass:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import attrs
 import pytest
 from tether.adapters.clock import FakeClock
 from tether.domain.errors import JobNotFound, PayloadError
@@ -43,6 +44,24 @@ class EnqueueContract(ContractSupport):
         assert (job.lease_token, job.leased_by, job.leased_at, job.lease_expires_at) == (None, None, None, None)
         assert (job.last_error, job.finished_at) == (None, None)
         assert repository.get(job.id) == job
+
+    def test_headers_are_stored_with_the_job_and_come_back_with_its_lease(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        headers = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"k=v"}'
+        plain = repository.enqueue(self.new_job(clock, {"n": 0}), now=clock.now()).job
+        traced = repository.enqueue(attrs.evolve(self.new_job(clock, {"n": 1}), headers_json=headers), now=clock.now()).job
+        batch = repository.enqueue_many(
+            [attrs.evolve(self.new_job(clock, {"n": 2}), headers_json=headers), self.new_job(clock, {"n": 3})],
+            now=clock.now(),
+        )
+        assert plain.headers_json is None and repository.get(plain.id).headers == {}
+        assert traced.headers_json == headers and repository.get(traced.id) == traced
+        assert [r.job.headers_json for r in batch] == [headers, None]
+        assert [repository.get(r.job.id).headers_json for r in batch] == [headers, None]
+        leased = {job.id: job for job in repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=30, limit=10)}
+        assert leased[traced.id].headers["tracestate"] == "k=v"
+        assert leased[plain.id].headers_json is None
 
     def test_ids_grow_in_enqueue_order(self, repository: JobRepository, clock: FakeClock) -> None:
         ids = [self.add(repository, clock).id for _ in range(5)]

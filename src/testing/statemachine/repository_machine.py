@@ -443,6 +443,10 @@ class RepositoryStateMachine(MachineBase):
         assert {s.value: n for s, n in counts.items()} == self.model.counts()
         listed = [j.id for j in self.repository.list_jobs(limit=10_000)]
         assert listed == sorted(self.ids[o] for o in self.model.jobs)
+        now = self.clock.now()
+        summaries = [(s.queue, s.queued, s.running, s.retrying, s.oldest_due_at)
+                     for s in self.repository.queue_summaries(now=now)]
+        assert summaries == self.model.queue_summaries(now)
 
     @invariant()
     def schedules_agree_with_the_model(self) -> None:
