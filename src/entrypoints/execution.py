@@ -32,12 +32,15 @@ caller, through an :class:`OutcomeWriter`.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 from tether.domain import transitions
@@ -134,6 +137,66 @@ def _given_back(written: Job, outcome: Outcome) -> Outcome:
     return Outcome.CANCELLED if written.status is JobStatus.CANCELLED else outcome
 
 
+def run_to_end(awaitable: Awaitable[Any]) -> Any:
+    """Run ``awaitable`` to its end from synchronous code and return its result: on a new event
+    loop in this thread, or, when a loop already runs in this thread, on a new loop in a short-lived
+    thread (so an async handler or hook also runs under ``drain()`` called from async code)."""
+
+    async def wait() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with ThreadPoolExecutor(1, thread_name_prefix="tether-run-async") as executor:
+        return executor.submit(asyncio.run, wait()).result()
+
+
+def run_handler(
+    spec: HandlerSpec, job: Job, ctx: JobContext, run_coroutine: Callable[[Awaitable[Any]], Any] | None = None
+) -> None:
+    """Call ``spec``'s function with the job's payload (and ``ctx`` when it takes one); an async
+    handler's coroutine is run to its end by ``run_coroutine`` (default :func:`run_to_end`).
+    Raises whatever the handler raises."""
+    result = spec.func(job.payload, ctx) if spec.takes_context else spec.func(job.payload)
+    if spec.is_async:
+        (run_coroutine or run_to_end)(result)
+
+
+def start_job(
+    job: Job,
+    ctx: JobContext,
+    *,
+    handlers: Mapping[str, HandlerSpec],
+    repository: JobRepository,
+    clock: Clock,
+    writer: OutcomeWriter,
+    worker_id: str,
+) -> Execution | None:
+    """What happens before a handler runs: None when its handler should run now; else the
+    :class:`Execution` of a job that is not run (no handler here: handed back; cancellation
+    requested before it started: released, which records ``cancelled``)."""
+    if job.job_type not in handlers:
+        reason = unknown_type_error(job, handlers, worker_id)
+        if not writer.begin_finish():
+            return Execution(job, Outcome.NOT_RECORDED, reason)
+        written = writer.write("snooze", _snooze(repository, clock, job, ctx, UNKNOWN_TYPE_SNOOZE))
+        if written is None:
+            return Execution(job, Outcome.NOT_RECORDED, reason)
+        logger.info("worker %s: job %s handed back: %s", worker_id, job.id, reason)
+        return Execution(written, _given_back(written, Outcome.NO_HANDLER), reason)
+
+    if ctx.cancel_requested:  # cancelled while it waited for a slot: never start it
+        if not writer.begin_finish():
+            return Execution(job, Outcome.NOT_RECORDED)
+        written = writer.write("release", lambda: repository.release(job.id, ctx.token, now=clock.now()))
+        if written is None:
+            return Execution(job, Outcome.NOT_RECORDED)
+        return Execution(written, _given_back(written, Outcome.NOT_RECORDED))
+    return None
+
+
 def execute_job(
     job: Job,
     ctx: JobContext,
@@ -145,6 +208,7 @@ def execute_job(
     writer: OutcomeWriter,
     worker_id: str,
     rand: Callable[[], float] = random.random,
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
 ) -> Execution:
     """Run ``job`` (leased, token in ``ctx``) with its handler from ``handlers`` and write the outcome.
 
@@ -157,48 +221,55 @@ def execute_job(
         writer: the caller's rules for writing (see :class:`OutcomeWriter`).
         worker_id: for error texts and logs.
         rand: uniform [0, 1) source of the retry jitter.
+        run_coroutine: runs an async handler's (or hook's) coroutine to its end, from this
+            thread; default :func:`run_to_end` (a fresh event loop).
 
     Returns:
         the :class:`Execution`.  Never raises for a handler's error; an error the ``writer``
         lets through propagates.
     """
-    spec = handlers.get(job.job_type)
-    if spec is None:
-        reason = unknown_type_error(job, handlers, worker_id)
-        if not writer.begin_finish():
-            return Execution(job, Outcome.NOT_RECORDED, reason)
-        written = writer.write("snooze", _snooze(repository, clock, job, ctx, UNKNOWN_TYPE_SNOOZE))
-        if written is None:
-            return Execution(job, Outcome.NOT_RECORDED, reason)
-        logger.info("worker %s: job %s handed back: %s", worker_id, job.id, reason)
-        return Execution(written, _given_back(written, Outcome.NO_HANDLER), reason)
-
-    if ctx.cancel_requested:  # cancelled while it waited for a thread: never start it
-        if not writer.begin_finish():
-            return Execution(job, Outcome.NOT_RECORDED)
-        written = writer.write("release", lambda: repository.release(job.id, ctx.token, now=clock.now()))
-        if written is None:
-            return Execution(job, Outcome.NOT_RECORDED)
-        return Execution(written, _given_back(written, Outcome.NOT_RECORDED))
-
+    early = start_job(job, ctx, handlers=handlers, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
+    if early is not None:
+        return early
+    spec = handlers[job.job_type]
+    raised: BaseException | None = None
     try:
-        payload = job.payload
-        if spec.takes_context:
-            spec.func(payload, ctx)
-        else:
-            spec.func(payload)
-    except Snooze as snooze:
-        return _snoozed(job, ctx, snooze, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
+        run_handler(spec, job, ctx, run_coroutine)
     except BaseException as exc:  # noqa: BLE001 - any handler error is the job's failure
-        return _failed(job, ctx, spec, exc, repository=repository, clock=clock, retry_policy=retry_policy,
-                       writer=writer, worker_id=worker_id, rand=rand)
-    if not writer.begin_finish():
-        logger.info("worker %s: job %s returned after it was released, lost or timed out; result not recorded", worker_id, job.id)
-        return Execution(job, Outcome.NOT_RECORDED)
-    written = writer.write("complete", lambda: repository.complete(job.id, ctx.token, now=clock.now()))
-    if written is None:
-        return Execution(job, Outcome.NOT_RECORDED)
-    return Execution(written, _given_back(written, Outcome.COMPLETED))
+        raised = exc
+    return finish_job(job, ctx, spec, raised, repository=repository, clock=clock, retry_policy=retry_policy,
+                      writer=writer, worker_id=worker_id, rand=rand, run_coroutine=run_coroutine)
+
+
+def finish_job(
+    job: Job,
+    ctx: JobContext,
+    spec: HandlerSpec,
+    raised: BaseException | None,
+    *,
+    repository: JobRepository,
+    clock: Clock,
+    retry_policy: RetryPolicy,
+    writer: OutcomeWriter,
+    worker_id: str,
+    rand: Callable[[], float] = random.random,
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
+) -> Execution:
+    """Write the outcome of a handler run that returned (``raised`` None) or raised ``raised``:
+    ``complete``, ``snooze`` for a :class:`Snooze`, else the failure (:func:`record_failure`).
+    The async runner calls it once its task ended; :func:`execute_job` right after the call."""
+    if raised is None:
+        if not writer.begin_finish():
+            logger.info("worker %s: job %s returned after it was released, lost or timed out; result not recorded", worker_id, job.id)
+            return Execution(job, Outcome.NOT_RECORDED)
+        written = writer.write("complete", lambda: repository.complete(job.id, ctx.token, now=clock.now()))
+        if written is None:
+            return Execution(job, Outcome.NOT_RECORDED)
+        return Execution(written, _given_back(written, Outcome.COMPLETED))
+    if isinstance(raised, Snooze):
+        return _snoozed(job, ctx, raised, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
+    return _failed(job, ctx, spec, raised, repository=repository, clock=clock, retry_policy=retry_policy,
+                   writer=writer, worker_id=worker_id, rand=rand, run_coroutine=run_coroutine)
 
 
 def _snoozed(
@@ -226,6 +297,7 @@ def _failed(
     writer: OutcomeWriter,
     worker_id: str,
     rand: Callable[[], float],
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
 ) -> Execution:
     if not writer.begin_finish():
         error = describe_failure(exc)
@@ -233,7 +305,7 @@ def _failed(
                     worker_id, job.id, error[:500])
         return Execution(job, Outcome.NOT_RECORDED, error, exc, isinstance(exc, PermanentError))
     return record_failure(job, ctx, spec, exc, repository=repository, clock=clock, retry_policy=retry_policy,
-                          writer=writer, worker_id=worker_id, rand=rand)
+                          writer=writer, worker_id=worker_id, rand=rand, run_coroutine=run_coroutine)
 
 
 def record_failure(
@@ -248,11 +320,12 @@ def record_failure(
     writer: OutcomeWriter,
     worker_id: str,
     rand: Callable[[], float] = random.random,
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
 ) -> Execution:
     """Write the failed attempt of ``job`` (the right to write was claimed already: no
     ``begin_finish`` here): ``fail`` with the retry time from ``retry_policy``, or ``dead`` for a
-    :class:`PermanentError` or when attempts are used up; then ``spec``'s ``on_failure`` hook.
-    Also how a worker writes a :class:`~tether.domain.errors.JobTimeout`.
+    :class:`PermanentError` or when attempts are used up; then ``spec``'s ``on_failure`` hook (an
+    async hook's coroutine run to its end by ``run_coroutine``, default :func:`run_to_end`).  Also how a worker writes a :class:`~tether.domain.errors.JobTimeout`.
 
     Returns:
         the :class:`Execution` (``RETRYING``, ``DEAD``, or ``NOT_RECORDED`` when the writer
@@ -287,7 +360,9 @@ def record_failure(
         )
     if spec is not None and spec.on_failure is not None:
         try:
-            spec.on_failure(written, exc)
+            returned = spec.on_failure(written, exc)
+            if inspect.isawaitable(returned):
+                (run_coroutine or run_to_end)(returned)
         except BaseException:  # a hook can never stop the worker (C17)
             logger.exception("worker %s: on_failure hook of %s raised for job %s (ignored)", worker_id, spec.name, job.id)
     return Execution(written, outcome, error, exc, permanent)
@@ -299,6 +374,10 @@ __all__ = [
     "Outcome",
     "OutcomeWriter",
     "execute_job",
+    "finish_job",
     "record_failure",
+    "run_handler",
+    "run_to_end",
+    "start_job",
     "unknown_type_error",
 ]

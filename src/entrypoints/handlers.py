@@ -3,6 +3,11 @@
 A handler is ``handler(payload)`` or ``handler(payload, ctx)``; which one is decided once, at
 registration, from :func:`inspect.signature`: a function that can take two positional arguments
 (or ``*args``) gets the :class:`~tether.entrypoints.context.JobContext` as its second argument.
+
+A handler may be a coroutine function (``async def``): the worker pool runs it on its event loop
+(:mod:`tether.entrypoints.worker.async_runner`), up to ``async_concurrency`` at once.  Generator
+and async generator functions are refused: their body would never run.  An ``on_failure`` hook
+may be a coroutine function too.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class HandlerSpec:
         on_failure: hook run after each failed attempt is persisted, or None.
         timeout: seconds its handler may run before the attempt times out (see
             :mod:`tether.entrypoints.worker.timeouts`), or None for the worker's ``job_timeout``.
+        is_async: True when ``func`` is a coroutine function (``async def``).
     """
 
     name: str
@@ -44,6 +50,23 @@ class HandlerSpec:
     max_attempts: int | None = None
     on_failure: FailureHook | None = None
     timeout: float | None = None
+    is_async: bool = False
+
+
+def is_coroutine_handler(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` is an ``async def`` handler (a coroutine function, or a callable object
+    whose ``__call__`` is one).
+
+    Raises:
+        ValidationError (field ``handler``): ``func`` is a generator or async generator function,
+            whose body a call would never run.
+    """
+    target = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004 - callable objects
+    name = getattr(func, "__qualname__", repr(func))
+    if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
+        kind = "an async generator" if inspect.isasyncgenfunction(target) else "a generator"
+        raise ValidationError("handler", f"{name} is {kind} function; a handler is a plain or async def function")
+    return inspect.iscoroutinefunction(target)
 
 
 def takes_context(func: Callable[..., Any]) -> bool:
@@ -94,6 +117,7 @@ def make_spec(
     if not callable(func):
         raise ValidationError("handler", f"must be callable, got {type(func).__name__}")
     context = takes_context(func)
+    is_async = is_coroutine_handler(func)
     if queue is not None:
         queue = validate_queue(queue)
     if max_attempts is not None:
@@ -110,7 +134,8 @@ def make_spec(
         max_attempts=max_attempts,  # type: ignore[arg-type]
         on_failure=on_failure,  # type: ignore[arg-type]
         timeout=timeout,  # type: ignore[arg-type]
+        is_async=is_async,
     )
 
 
-__all__ = ["FailureHook", "HandlerSpec", "make_spec", "takes_context"]
+__all__ = ["FailureHook", "HandlerSpec", "is_coroutine_handler", "make_spec", "takes_context"]
