@@ -32,12 +32,13 @@ if TYPE_CHECKING:
     from tether.testing.assertions import ANY, assert_enqueued, assert_not_enqueued, enqueued_jobs
     from tether.testing.contract import DispatcherContract, RepositoryContract, WorkerRegistryContract
     from tether.testing.fake import fake_app
-    from tether.testing.inline import DrainLimitExceeded, DrainReport, JobRun, drain
+    from tether.testing.inline import DrainLimitExceeded, DrainReport, JobRun, adrain, drain
     from tether.testing.statemachine import LockstepStateMachine, RepositoryStateMachine
 
 _EXPORTS = {
     "fake_app": "tether.testing.fake",
     "drain": "tether.testing.inline",
+    "adrain": "tether.testing.inline",
     "DrainReport": "tether.testing.inline",
     "DrainLimitExceeded": "tether.testing.inline",
     "JobRun": "tether.testing.inline",
@@ -64,6 +65,7 @@ __all__ = [
     "RepositoryContract",
     "RepositoryStateMachine",
     "WorkerRegistryContract",
+    "adrain",
     "assert_enqueued",
     "assert_not_enqueued",
     "drain",
