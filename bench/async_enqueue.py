@@ -108,7 +108,7 @@ def pgqueuer_single(jobs: int, driver: str) -> dict[str, Any]:
     if not (os.path.exists(python) and os.path.exists(script)):
         return {"peer": "pgqueuer", "skipped": f"no peerbench venv at {python} (run {PEERBENCH}/setup.sh)"}
     out = subprocess.run([python, script, "--workload", "single", "--single-jobs", str(jobs), "--driver", driver],
-                         cwd=PEERBENCH, capture_output=True, text=True, timeout=600)
+                         check=False, cwd=PEERBENCH, capture_output=True, text=True, timeout=600)
     try:
         found = json.loads(out.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):

@@ -272,3 +272,31 @@ def test_generator_handlers_are_refused_and_coroutine_functions_accepted() -> No
         return None
 
     assert app.register("x", coro).is_async
+
+
+@pytest.mark.postgres
+def test_async_and_thread_handlers_drain_a_postgres_store_each_job_once() -> None:
+    from collections import Counter
+
+    from tests.postgres_fixtures import schema_name, temporary_app
+
+    ran: Counter[int] = Counter()
+    with temporary_app(schema_name("async_worker"), pool_size=4) as app:
+
+        @app.handler("io")
+        async def io(payload: dict) -> None:
+            await asyncio.sleep(0.01)
+            ran[payload["i"]] += 1
+
+        @app.handler("cpu")
+        def cpu(payload: dict) -> None:
+            ran[payload["i"]] += 1
+
+        from tether.entrypoints.requests import EnqueueRequest
+
+        app.enqueue_many([EnqueueRequest("io", {"i": i}) for i in range(300)]
+                         + [EnqueueRequest("cpu", {"i": 1000 + i}) for i in range(30)])
+        with app.worker(concurrency=2, async_concurrency=50, max_wait=0.2) as pool:
+            wait_for(lambda: app.counts()[JobStatus.COMPLETED] == 330, what="every job to complete")
+        assert pool.stats.completed == 330
+    assert len(ran) == 330 and set(ran.values()) == {1}
