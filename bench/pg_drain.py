@@ -8,6 +8,8 @@
     .venv/bin/python bench/pg_drain.py --redis-url redis://127.0.0.1:6379/0   # dispatch by Redis Streams
     .venv/bin/python bench/pg_drain.py --observe                    # with metrics and tracing on
     .venv/bin/python bench/pg_drain.py --observe metrics            # metrics alone (or: tracing)
+    .venv/bin/python bench/pg_drain.py --async-handlers --async-concurrency 100   # async def no-op handlers
+    .venv/bin/python bench/pg_drain.py --async-handlers --sleep 0.05 --async-concurrency 500 --workers 1 --jobs 10000
 
 Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/README.md):
 
@@ -23,6 +25,9 @@ Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/R
 ``--observe tracing`` one of them): the producer traces its enqueues (each job then carries a
 trace context), every worker exports Prometheus metrics and traces each job to an OpenTelemetry
 SDK whose exporter drops the spans.
+
+With ``--async-handlers`` the handler is ``async def`` (run on each pool's event loop, up to
+``--async-concurrency`` at once); ``--sleep S`` makes it ``await asyncio.sleep(S)`` after its mark.
 
 ``--bulk-only`` runs step 1 alone (``--rounds`` times, each on a fresh schema) and reports every
 round and the median.  PostgreSQL runs use a schema of their own (``tether_bench_<random>``), dropped at the end;
@@ -95,12 +100,24 @@ def worker_main(args: argparse.Namespace) -> None:
     observers = observe(app, args.observe, args.sample) if args.observe else None
     fd = os.open(os.path.join(args.marks, f"m.{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    @app.handler("bench.noop")
-    def noop(payload: dict[str, Any]) -> None:
-        os.write(fd, (MARK % (payload["i"], time.time())).encode())
+    if args.async_handlers:
+        import asyncio
 
+        sleep = args.sleep
+
+        @app.handler("bench.noop")
+        async def async_noop(payload: dict[str, Any]) -> None:
+            os.write(fd, (MARK % (payload["i"], time.time())).encode())
+            if sleep:
+                await asyncio.sleep(sleep)
+    else:
+        @app.handler("bench.noop")
+        def noop(payload: dict[str, Any]) -> None:
+            os.write(fd, (MARK % (payload["i"], time.time())).encode())
+
+    options: dict[str, Any] = {"async_concurrency": args.async_concurrency} if args.async_handlers else {}
     pool = app.worker(concurrency=args.concurrency, max_wait=0.5, reap_interval=60.0, drain_timeout=5.0,
-                      prefetch=args.prefetch, observers=observers)
+                      prefetch=args.prefetch, observers=observers, **options)
     stats = pool.run(install_signal_handlers=True)
     batcher = getattr(pool, "_completions", None)
     if args.verbose and batcher is not None:
@@ -165,7 +182,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "peer": "tether", "backend": "postgres" if postgres else "sqlite", "workload": "w1",
         "dispatcher": "redis" if args.redis_url else "polling",
         "jobs": args.jobs, "workers": args.workers, "concurrency": args.concurrency, "prefetch": args.prefetch,
-        "observe": args.observe, "python": platform.python_version(), "load1": os.getloadavg()[0],
+        "observe": args.observe,
+        "handlers": "async" if args.async_handlers else "sync", "async_concurrency": args.async_concurrency,
+        "sleep": args.sleep,
+        "python": platform.python_version(), "load1": os.getloadavg()[0],
     }
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="tether-marks-") as marks:
@@ -184,6 +204,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 command += ["--prefetch", str(args.prefetch)]
             if args.observe:
                 command += ["--observe", args.observe, "--sample", str(args.sample)]
+            if args.async_handlers:
+                command += ["--async-handlers", "--async-concurrency", str(args.async_concurrency), "--sleep", str(args.sleep)]
             if args.redis_url:
                 command += ["--redis-url", args.redis_url, "--redis-prefix", prefix]
             if schema:
@@ -274,6 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics", "tracing"),
                         help="metrics and tracing on (producer and workers), or only one of them")
     parser.add_argument("--sample", type=float, default=1.0, help="with --observe: share of traces recorded (default 1)")
+    parser.add_argument("--async-handlers", action="store_true", help="async def handlers (on the pools' event loops)")
+    parser.add_argument("--async-concurrency", type=int, default=100, help="async handlers at once per process (default 100)")
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds each async handler awaits asyncio.sleep (default 0)")
     parser.add_argument("--redis-prefix", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--schema", help=argparse.SUPPRESS)

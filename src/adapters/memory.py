@@ -33,8 +33,8 @@ from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
-from tether.domain.schedules import ScheduleState
 from tether.domain.queue_summary import QueueSummary
+from tether.domain.schedules import ScheduleState
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import (
     CANCEL_BATCH_LIMIT,

@@ -42,6 +42,9 @@ class PollingDispatcher(Dispatcher):
 
     #: How worker pools on this dispatcher are listed in the worker registry.
     kind = "polling"
+    #: :meth:`notify` only wakes this process's waiting workers: no I/O, so the async API may
+    #: call it on an event loop (see :attr:`tether.ports.dispatcher.Dispatcher.notify_blocks`).
+    notify_blocks = False
 
     def __init__(
         self,

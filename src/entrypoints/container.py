@@ -44,6 +44,7 @@ from tether.entrypoints.settings import (
     redact_url,
     unset_if_blank,
 )
+from tether.ports.async_access import AsyncAccess
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -120,10 +121,29 @@ def redis_dispatcher(
     return RedisStreamsDispatcher(repository, clock, redis_url, **(options or {}))
 
 
+def async_access_for(repository: JobRepository) -> AsyncAccess:
+    """How the async API reaches ``repository``: native async connections per event loop on
+    PostgreSQL (:class:`~tether.adapters.sqlalchemy.pg_async.PgAsyncAccess`); on SQLite a worker
+    thread, with the caller's ``AsyncConnection``/``AsyncSession`` joined; elsewhere a worker thread."""
+    from tether.adapters.sqlalchemy import SqlAlchemyJobRepository
+    from tether.adapters.sqlalchemy.async_access import SqlAlchemyAsyncAccess
+    from tether.adapters.sqlalchemy.pg_async import PgAsyncAccess
+    from tether.adapters.sqlalchemy.postgres import PostgresJobRepository
+    from tether.ports.async_access import ThreadedAsyncAccess
+
+    if isinstance(repository, PostgresJobRepository):
+        return PgAsyncAccess(repository)
+    if isinstance(repository, SqlAlchemyJobRepository):
+        return SqlAlchemyAsyncAccess(repository)
+    return ThreadedAsyncAccess(repository)
+
+
 def make_tether(repository: JobRepository, dispatcher: Dispatcher, clock: Clock, **options: Any) -> Tether:
-    """The :class:`~tether.entrypoints.service.Tether` application over the three ports."""
+    """The :class:`~tether.entrypoints.service.Tether` application over the three ports (and the
+    async access that suits the repository, :func:`async_access_for`)."""
     from tether.entrypoints.service import Tether
 
+    options.setdefault("async_access", async_access_for(repository))
     return Tether(repository, dispatcher, clock, **options)
 
 

@@ -5,12 +5,17 @@ A handler declared as ``handler(payload, ctx)`` receives one; ``handler(payload)
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+from collections.abc import Callable
 
 from tether.domain.errors import LeaseLost
 from tether.domain.job import Job
 from tether.ports.clock import Clock
 from tether.ports.repository import JobRepository
+
+logger = logging.getLogger("tether.worker")
 
 
 class JobContext:
@@ -55,6 +60,8 @@ class JobContext:
         self._cancelled = threading.Event()
         self._lease_lost = False
         self._cancel_requested = job.cancel_requested_at is not None
+        self._on_cancel: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
         if self._cancel_requested:
             self._cancelled.set()
 
@@ -94,6 +101,44 @@ class JobContext:
         """
         return not self._cancelled.wait(max(float(seconds), 0.0))
 
+    async def asleep(self, seconds: float) -> bool:
+        """The async form of :meth:`sleep`: wait ``seconds`` seconds without blocking the event
+        loop, or less if the context is cancelled meanwhile.
+
+        Under a worker pool a cancelled context also cancels the handler's task, so the wait may
+        end in :class:`asyncio.CancelledError` instead; let it propagate.
+
+        Returns:
+            True when the whole time passed; False when cancellation ended it early (also at once
+            when already cancelled).
+        """
+        if self.cancelled:
+            return False
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def settle() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        def wake() -> None:  # from whichever thread cancels
+            loop.call_soon_threadsafe(settle)
+
+        self.add_cancel_callback(wake)
+        try:
+            if self.cancelled:
+                return False
+            done, _ = await asyncio.wait({woken}, timeout=max(float(seconds), 0.0))
+            return not done
+        finally:
+            self.remove_cancel_callback(wake)
+            woken.cancel()
+
+    async def aheartbeat(self) -> None:
+        """The async form of :meth:`heartbeat`: the write runs on a worker thread, never on the
+        event loop.  Same errors."""
+        await asyncio.to_thread(self.heartbeat)
+
     def heartbeat(self) -> None:
         """Extend this job's lease now to ``now + lease_timeout`` seconds.
 
@@ -121,16 +166,43 @@ class JobContext:
         self.job = job
         if job.cancel_requested_at is not None and not self._cancel_requested:
             self._cancel_requested = True
-            self._cancelled.set()
+            self._set_cancelled()
 
     def cancel(self) -> None:
         """Set :attr:`cancelled` (wakes a :meth:`sleep` at once)."""
-        self._cancelled.set()
+        self._set_cancelled()
 
     def mark_lease_lost(self) -> None:
         """Record that the fence refused this lease, and cancel."""
         self._lease_lost = True
-        self._cancelled.set()
+        self._set_cancelled()
+
+    def add_cancel_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (from the cancelling thread; it must not block) when this context is
+        cancelled, at once if it is already.  The async runner cancels the handler's task so."""
+        with self._callbacks_lock:
+            if not self._cancelled.is_set():
+                self._on_cancel.append(callback)
+                return
+        callback()
+
+    def remove_cancel_callback(self, callback: Callable[[], None]) -> None:
+        """Forget a callback of :meth:`add_cancel_callback` (no error when it is gone)."""
+        with self._callbacks_lock:
+            if callback in self._on_cancel:
+                self._on_cancel.remove(callback)
+
+    def _set_cancelled(self) -> None:
+        with self._callbacks_lock:
+            if self._cancelled.is_set():
+                return
+            self._cancelled.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("a cancellation callback of job %s raised (ignored)", self.job.id)
 
 
 __all__ = ["JobContext"]

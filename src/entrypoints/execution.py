@@ -13,8 +13,9 @@ that the test kit's :func:`tether.testing.drain` runs jobs through exactly the s
 - the handler raises :class:`~tether.domain.snooze.Snooze`: ``snooze`` (``queued``, due that many
   seconds later, the attempt given back, ``last_error`` kept);
 - the handler raises :class:`~tether.domain.errors.PermanentError`: ``dead`` at once; so does a
-  handler that returns a coroutine or generator instead of running (a plain wrapper around an
-  ``async def``, which registration could not see: :func:`~tether.entrypoints.handlers.refuse_unrunnable`);
+  handler that returns a generator instead of running (a plain wrapper around a generator
+  function, which registration could not see: :func:`~tether.entrypoints.handlers.is_coroutine_handler`);
+  a plain wrapper that returns a coroutine has it run to its end like an ``async def`` handler's;
 - the handler raises anything else (even an exception that cannot be printed, case C18):
   ``fail`` with ``retry_at`` from the retry policy (backoff + jitter,
   :func:`tether.domain.transitions.next_retry_at`); the repository makes it ``retrying``, or
@@ -34,13 +35,16 @@ caller, through an :class:`OutcomeWriter`.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
 import logging
 import random
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 from tether.domain import transitions
@@ -137,6 +141,68 @@ def _given_back(written: Job, outcome: Outcome) -> Outcome:
     return Outcome.CANCELLED if written.status is JobStatus.CANCELLED else outcome
 
 
+def run_to_end(awaitable: Awaitable[Any]) -> Any:
+    """Run ``awaitable`` to its end from synchronous code and return its result: on a new event
+    loop in this thread, or, when a loop already runs in this thread, on a new loop in a short-lived
+    thread (so an async handler or hook also runs under ``drain()`` called from async code)."""
+
+    async def wait() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with ThreadPoolExecutor(1, thread_name_prefix="tether-run-async") as executor:
+        return executor.submit(asyncio.run, wait()).result()
+
+
+def run_handler(
+    spec: HandlerSpec, job: Job, ctx: JobContext, run_coroutine: Callable[[Awaitable[Any]], Any] | None = None
+) -> None:
+    """Call ``spec``'s function with the job's payload (and ``ctx`` when it takes one); an async
+    handler's coroutine is run to its end by ``run_coroutine`` (default :func:`run_to_end`).
+    Raises whatever the handler raises."""
+    result = spec.func(job.payload, ctx) if spec.takes_context else spec.func(job.payload)
+    if spec.is_async or isinstance(result, types.CoroutineType):  # also a plain wrapper of an async def
+        (run_coroutine or run_to_end)(result)
+    elif result is not None and isinstance(result, _UNRUN_BODIES):
+        raise _unrun_body(spec, result)
+
+
+def start_job(
+    job: Job,
+    ctx: JobContext,
+    *,
+    handlers: Mapping[str, HandlerSpec],
+    repository: JobRepository,
+    clock: Clock,
+    writer: OutcomeWriter,
+    worker_id: str,
+) -> Execution | None:
+    """What happens before a handler runs: None when its handler should run now; else the
+    :class:`Execution` of a job that is not run (no handler here: handed back; cancellation
+    requested before it started: released, which records ``cancelled``)."""
+    if job.job_type not in handlers:
+        reason = unknown_type_error(job, handlers, worker_id)
+        if not writer.begin_finish():
+            return Execution(job, Outcome.NOT_RECORDED, reason)
+        written = writer.write("snooze", _snooze(repository, clock, job, ctx, UNKNOWN_TYPE_SNOOZE))
+        if written is None:
+            return Execution(job, Outcome.NOT_RECORDED, reason)
+        logger.info("worker %s: job %s handed back: %s", worker_id, job.id, reason)
+        return Execution(written, _given_back(written, Outcome.NO_HANDLER), reason)
+
+    if ctx.cancel_requested:  # cancelled while it waited for a slot: never start it
+        if not writer.begin_finish():
+            return Execution(job, Outcome.NOT_RECORDED)
+        written = writer.write("release", lambda: repository.release(job.id, ctx.token, now=clock.now()))
+        if written is None:
+            return Execution(job, Outcome.NOT_RECORDED)
+        return Execution(written, _given_back(written, Outcome.NOT_RECORDED))
+    return None
+
+
 def execute_job(
     job: Job,
     ctx: JobContext,
@@ -148,6 +214,7 @@ def execute_job(
     writer: OutcomeWriter,
     worker_id: str,
     rand: Callable[[], float] = random.random,
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
 ) -> Execution:
     """Run ``job`` (leased, token in ``ctx``) with its handler from ``handlers`` and write the outcome.
 
@@ -160,51 +227,59 @@ def execute_job(
         writer: the caller's rules for writing (see :class:`OutcomeWriter`).
         worker_id: for error texts and logs.
         rand: uniform [0, 1) source of the retry jitter.
+        run_coroutine: runs an async handler's (or hook's) coroutine to its end, from this
+            thread; default :func:`run_to_end` (a fresh event loop).
 
     Returns:
         the :class:`Execution`.  Never raises for a handler's error; an error the ``writer``
         lets through propagates.
     """
-    spec = handlers.get(job.job_type)
-    if spec is None:
-        reason = unknown_type_error(job, handlers, worker_id)
-        if not writer.begin_finish():
-            return Execution(job, Outcome.NOT_RECORDED, reason)
-        written = writer.write("snooze", _snooze(repository, clock, job, ctx, UNKNOWN_TYPE_SNOOZE))
-        if written is None:
-            return Execution(job, Outcome.NOT_RECORDED, reason)
-        logger.info("worker %s: job %s handed back: %s", worker_id, job.id, reason)
-        return Execution(written, _given_back(written, Outcome.NO_HANDLER), reason)
-
-    if ctx.cancel_requested:  # cancelled while it waited for a thread: never start it
-        if not writer.begin_finish():
-            return Execution(job, Outcome.NOT_RECORDED)
-        written = writer.write("release", lambda: repository.release(job.id, ctx.token, now=clock.now()))
-        if written is None:
-            return Execution(job, Outcome.NOT_RECORDED)
-        return Execution(written, _given_back(written, Outcome.NOT_RECORDED))
-
+    early = start_job(job, ctx, handlers=handlers, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
+    if early is not None:
+        return early
+    spec = handlers[job.job_type]
+    raised: BaseException | None = None
     try:
-        payload = job.payload
-        result = spec.func(payload, ctx) if spec.takes_context else spec.func(payload)
-        if result is not None and isinstance(result, _UNRUN_BODIES):
-            raise _unrun_body(spec, result)
-    except Snooze as snooze:
-        return _snoozed(job, ctx, snooze, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
+        run_handler(spec, job, ctx, run_coroutine)
     except BaseException as exc:  # noqa: BLE001 - any handler error is the job's failure
-        return _failed(job, ctx, spec, exc, repository=repository, clock=clock, retry_policy=retry_policy,
-                       writer=writer, worker_id=worker_id, rand=rand)
-    if not writer.begin_finish():
-        logger.info("worker %s: job %s returned after it was released, lost or timed out; result not recorded", worker_id, job.id)
-        return Execution(job, Outcome.NOT_RECORDED)
-    written = writer.write("complete", lambda: repository.complete(job.id, ctx.token, now=clock.now()))
-    if written is None:
-        return Execution(job, Outcome.NOT_RECORDED)
-    return Execution(written, _given_back(written, Outcome.COMPLETED))
+        raised = exc
+    return finish_job(job, ctx, spec, raised, repository=repository, clock=clock, retry_policy=retry_policy,
+                      writer=writer, worker_id=worker_id, rand=rand, run_coroutine=run_coroutine)
+
+
+def finish_job(
+    job: Job,
+    ctx: JobContext,
+    spec: HandlerSpec,
+    raised: BaseException | None,
+    *,
+    repository: JobRepository,
+    clock: Clock,
+    retry_policy: RetryPolicy,
+    writer: OutcomeWriter,
+    worker_id: str,
+    rand: Callable[[], float] = random.random,
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
+) -> Execution:
+    """Write the outcome of a handler run that returned (``raised`` None) or raised ``raised``:
+    ``complete``, ``snooze`` for a :class:`Snooze`, else the failure (:func:`record_failure`).
+    The async runner calls it once its task ended; :func:`execute_job` right after the call."""
+    if raised is None:
+        if not writer.begin_finish():
+            logger.info("worker %s: job %s returned after it was released, lost or timed out; result not recorded", worker_id, job.id)
+            return Execution(job, Outcome.NOT_RECORDED)
+        written = writer.write("complete", lambda: repository.complete(job.id, ctx.token, now=clock.now()))
+        if written is None:
+            return Execution(job, Outcome.NOT_RECORDED)
+        return Execution(written, _given_back(written, Outcome.COMPLETED))
+    if isinstance(raised, Snooze):
+        return _snoozed(job, ctx, raised, repository=repository, clock=clock, writer=writer, worker_id=worker_id)
+    return _failed(job, ctx, spec, raised, repository=repository, clock=clock, retry_policy=retry_policy,
+                   writer=writer, worker_id=worker_id, rand=rand, run_coroutine=run_coroutine)
 
 
 #: What a handler returns when its call did not run its body (a wrapper around an ``async def``).
-_UNRUN_BODIES = (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
+_UNRUN_BODIES = (types.GeneratorType, types.AsyncGeneratorType)
 
 
 def _unrun_body(spec: HandlerSpec, result: object) -> PermanentError:
@@ -215,8 +290,8 @@ def _unrun_body(spec: HandlerSpec, result: object) -> PermanentError:
         close()  # no "never awaited" warning; the body never starts
     kind = type(result).__name__
     return PermanentError(
-        f"handler {spec.name!r} returned a {kind} instead of running: handlers run on threads and must be "
-        "plain functions (async def, async generator and generator handlers are not supported)"
+        f"handler {spec.name!r} returned a {kind} instead of running: a handler is a plain or async def "
+        "function (generator and async generator handlers are not supported)"
     )
 
 
@@ -245,6 +320,7 @@ def _failed(
     writer: OutcomeWriter,
     worker_id: str,
     rand: Callable[[], float],
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
 ) -> Execution:
     if not writer.begin_finish():
         error = describe_failure(exc)
@@ -252,7 +328,7 @@ def _failed(
                     worker_id, job.id, error[:500])
         return Execution(job, Outcome.NOT_RECORDED, error, exc, isinstance(exc, PermanentError))
     return record_failure(job, ctx, spec, exc, repository=repository, clock=clock, retry_policy=retry_policy,
-                          writer=writer, worker_id=worker_id, rand=rand)
+                          writer=writer, worker_id=worker_id, rand=rand, run_coroutine=run_coroutine)
 
 
 def record_failure(
@@ -267,11 +343,12 @@ def record_failure(
     writer: OutcomeWriter,
     worker_id: str,
     rand: Callable[[], float] = random.random,
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
 ) -> Execution:
     """Write the failed attempt of ``job`` (the right to write was claimed already: no
     ``begin_finish`` here): ``fail`` with the retry time from ``retry_policy``, or ``dead`` for a
-    :class:`PermanentError` or when attempts are used up; then ``spec``'s ``on_failure`` hook.
-    Also how a worker writes a :class:`~tether.domain.errors.JobTimeout`.
+    :class:`PermanentError` or when attempts are used up; then ``spec``'s ``on_failure`` hook (an
+    async hook's coroutine run to its end by ``run_coroutine``, default :func:`run_to_end`).  Also how a worker writes a :class:`~tether.domain.errors.JobTimeout`.
 
     Returns:
         the :class:`Execution` (``RETRYING``, ``DEAD``, or ``NOT_RECORDED`` when the writer
@@ -306,7 +383,9 @@ def record_failure(
         )
     if spec is not None and spec.on_failure is not None:
         try:
-            spec.on_failure(written, exc)
+            returned = spec.on_failure(written, exc)
+            if inspect.isawaitable(returned):
+                (run_coroutine or run_to_end)(returned)
         except BaseException:  # a hook can never stop the worker (C17)
             logger.exception("worker %s: on_failure hook of %s raised for job %s (ignored)", worker_id, spec.name, job.id)
     return Execution(written, outcome, error, exc, permanent)
@@ -318,6 +397,10 @@ __all__ = [
     "Outcome",
     "OutcomeWriter",
     "execute_job",
+    "finish_job",
     "record_failure",
+    "run_handler",
+    "run_to_end",
+    "start_job",
     "unknown_type_error",
 ]

@@ -4,10 +4,10 @@ A handler is ``handler(payload)`` or ``handler(payload, ctx)``; which one is dec
 registration, from :func:`inspect.signature`: a function that can take two positional arguments
 (or ``*args``) gets the :class:`~tether.entrypoints.context.JobContext` as its second argument.
 
-Handlers are plain functions run on threads.  A coroutine function (``async def``), an async
-generator function or a generator function is refused at registration (:func:`refuse_unrunnable`):
-calling one only builds a coroutine or generator object, so its body would never run while the
-job was recorded ``completed``.
+A handler may be a coroutine function (``async def``): the worker pool runs it on its event loop
+(:mod:`tether.entrypoints.worker.async_runner`), up to ``async_concurrency`` at once.  Generator
+and async generator functions are refused: their body would never run.  An ``on_failure`` hook
+may be a coroutine function too.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class HandlerSpec:
         on_failure: hook run after each failed attempt is persisted, or None.
         timeout: seconds its handler may run before the attempt times out (see
             :mod:`tether.entrypoints.worker.timeouts`), or None for the worker's ``job_timeout``.
+        is_async: True when ``func`` is a coroutine function (``async def``).
     """
 
     name: str
@@ -49,45 +50,23 @@ class HandlerSpec:
     max_attempts: int | None = None
     on_failure: FailureHook | None = None
     timeout: float | None = None
-
-    def __attrs_post_init__(self) -> None:
-        refuse_unrunnable(self.func)
+    is_async: bool = False
 
 
-#: What :func:`refuse_unrunnable` says of each kind of function a thread cannot run to its end.
-_UNRUNNABLE = (
-    (inspect.iscoroutinefunction, "a coroutine function (async def)"),
-    (inspect.isasyncgenfunction, "an async generator function"),
-    (inspect.isgeneratorfunction, "a generator function"),
-)
-
-
-def refuse_unrunnable(func: object) -> None:
-    """Refuse a handler whose call would not run its body: a coroutine function (``async def``),
-    an async generator function or a generator function, also behind ``functools.partial``, a
-    ``functools.wraps`` decorator (``__wrapped__``) or an object's ``__call__``.
+def is_coroutine_handler(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` is an ``async def`` handler (a coroutine function, or a callable object
+    whose ``__call__`` is one).
 
     Raises:
-        ValidationError (field ``handler``): naming the function and what it is.
+        ValidationError (field ``handler``): ``func`` is a generator or async generator function,
+            whose body a call would never run.
     """
-    candidates: list[object] = [func]
-    try:
-        unwrapped = inspect.unwrap(func)  # type: ignore[arg-type]
-    except (TypeError, ValueError):  # a __wrapped__ cycle: judge the outer function alone
-        unwrapped = func
-    if unwrapped is not func:
-        candidates.append(unwrapped)
-    if not inspect.isroutine(func):  # an instance: judge its class's __call__
-        candidates.append(inspect.getattr_static(type(func), "__call__", None))
-    for candidate in candidates:
-        for test, what in _UNRUNNABLE:
-            if test(candidate):
-                name = getattr(func, "__qualname__", None) or repr(func)
-                raise ValidationError(
-                    "handler",
-                    f"{name} is {what}; handlers run on threads and must be plain functions (its body "
-                    "would never run): wrap it, e.g. def handler(payload): asyncio.run(work(payload))",
-                )
+    target = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004 - callable objects
+    name = getattr(func, "__qualname__", repr(func))
+    if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
+        kind = "an async generator" if inspect.isasyncgenfunction(target) else "a generator"
+        raise ValidationError("handler", f"{name} is {kind} function; a handler is a plain or async def function")
+    return inspect.iscoroutinefunction(target)
 
 
 def takes_context(func: Callable[..., Any]) -> bool:
@@ -131,16 +110,14 @@ def make_spec(
     """Validate one registration and return its :class:`HandlerSpec`.
 
     Raises:
-        ValidationError: naming ``job_type``, ``handler`` (not callable, a signature that is not
-            ``(payload)`` or ``(payload, ctx)``, or a coroutine, async generator or generator
-            function: :func:`refuse_unrunnable`), ``queue``, ``max_attempts``, ``on_failure`` or
-            ``timeout`` (not a finite number of seconds > 0).
+        ValidationError: naming ``job_type``, ``handler``, ``queue``, ``max_attempts``,
+            ``on_failure`` or ``timeout`` (not a finite number of seconds > 0).
     """
     job_type = validate_job_type(name)
     if not callable(func):
         raise ValidationError("handler", f"must be callable, got {type(func).__name__}")
-    refuse_unrunnable(func)
     context = takes_context(func)
+    is_async = is_coroutine_handler(func)
     if queue is not None:
         queue = validate_queue(queue)
     if max_attempts is not None:
@@ -157,7 +134,8 @@ def make_spec(
         max_attempts=max_attempts,  # type: ignore[arg-type]
         on_failure=on_failure,  # type: ignore[arg-type]
         timeout=timeout,  # type: ignore[arg-type]
+        is_async=is_async,
     )
 
 
-__all__ = ["FailureHook", "HandlerSpec", "make_spec", "refuse_unrunnable", "takes_context"]
+__all__ = ["FailureHook", "HandlerSpec", "is_coroutine_handler", "make_spec", "takes_context"]

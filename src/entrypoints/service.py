@@ -28,7 +28,6 @@ from datetime import datetime, timedelta
 from types import MappingProxyType, TracebackType
 from typing import Any, Self, TypeVar, overload
 
-import attrs
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.lease import without_token
@@ -44,14 +43,17 @@ from tether.domain.validation import (
     validate_int,
     validate_queue,
 )
+from tether.entrypoints.async_api import AsyncApi
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.job_control import MAX_BIGINT, JobControl, job_id_of
 from tether.entrypoints.periodic import PeriodicSchedules, decoded_payload, tick_job
+from tether.entrypoints.requests import EnqueueRequest
 from tether.entrypoints.send_observer import SendObserver
 from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL
 from tether.entrypoints.worker import WorkerPool, WorkerStats
 from tether.entrypoints.worker.observers import JobObserver
+from tether.ports.async_access import AsyncAccess, ThreadedAsyncAccess
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -63,22 +65,7 @@ logger = logging.getLogger("tether.service")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@attrs.frozen(hash=False)
-class EnqueueRequest:
-    """One job for :meth:`Tether.enqueue_many`; the fields mean what :meth:`Tether.enqueue`'s
-    arguments mean (None picks the handler's or the app's default)."""
-
-    job_type: str
-    payload: Any = None
-    queue: str | None = None
-    priority: int = 0
-    run_at: datetime | None = None
-    delay: float | timedelta | None = None
-    max_attempts: int | None = None
-    idempotency_key: str | None = None
-
-
-class Tether(JobControl, PeriodicSchedules):
+class Tether(JobControl, PeriodicSchedules, AsyncApi):
     """A Tether application: handlers, enqueue, periodic schedules, administration, workers.
 
     Args:
@@ -92,6 +79,9 @@ class Tether(JobControl, PeriodicSchedules):
         registry: where worker pools record themselves (:meth:`workers`); default: the
             repository when it is a :class:`~tether.ports.worker_registry.WorkerRegistry` too (all of
             Tether's are), else none.
+        async_access: how the async API (``aenqueue`` ...) reaches the repository without
+            blocking the event loop (see :mod:`tether.ports.async_access`); default: a worker
+            thread per call.  ``tether.connect`` gives PostgreSQL its native async path.
 
     The repository keeps the periodic schedules too when it is a
     :class:`~tether.ports.schedule_store.ScheduleStore` (all of Tether's are); with one that is
@@ -112,8 +102,14 @@ class Tether(JobControl, PeriodicSchedules):
         default_queue: str = DEFAULT_QUEUE,
         default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         registry: WorkerRegistry | None = None,
+        async_access: AsyncAccess | None = None,
     ) -> None:
         self.repository = repository
+        self.async_access = async_access if async_access is not None else ThreadedAsyncAccess(repository)
+        self._notify_executor = None
+        self._notify_lock = threading.Lock()
+        self._notify_queue: list[Callable[[], None]] = []
+        self._notify_scheduled = False
         if registry is None and isinstance(repository, WorkerRegistry):
             registry = repository
         self.registry = registry
@@ -264,7 +260,7 @@ class Tether(JobControl, PeriodicSchedules):
                     len(jobs), [j.id for j in jobs[:5]],
                 )
 
-        self.repository.on_commit(connection, notify)
+        self.repository.on_commit(connection, lambda: self._off_loop(notify))
 
     def enqueue(
         self,
@@ -417,6 +413,7 @@ class Tether(JobControl, PeriodicSchedules):
         prefetch: int | None = None,
         job_timeout: float | None = None,
         observers: Sequence[JobObserver] | None = None,
+        async_concurrency: int = 100,
     ) -> WorkerPool:
         """A worker pool running this app's handlers (see :class:`~tether.entrypoints.worker.WorkerPool`
         for every argument).  Call ``.run()`` to block (SIGINT/SIGTERM stop it gracefully) or
@@ -452,6 +449,7 @@ class Tether(JobControl, PeriodicSchedules):
             schedule_store=self.schedule_store,
             prepare_tick=self._prepare_tick,
             observers=[*self.observers, *(observers or ())],
+            async_concurrency=async_concurrency,
         )
         self._pools.append(pool)
         return pool
@@ -464,7 +462,8 @@ class Tether(JobControl, PeriodicSchedules):
         self._closed = True
         for pool in self._pools:
             pool.stop()
-        for close in (self.dispatcher.close, self.repository.close):
+        self._close_notifier()
+        for close in (self.async_access.close, self.dispatcher.close, self.repository.close):
             try:
                 close()
             except Exception:  # closing must get through every resource

@@ -16,6 +16,7 @@ redis_prefix          ``--redis-prefix``         TETHER_REDIS_PREFIX     ``tethe
 redis_cluster         ``--redis-cluster``        TETHER_REDIS_CLUSTER    off (a standalone server)
 schema                ``--schema``               TETHER_SCHEMA           none (search path: public)
 concurrency           ``--concurrency``          TETHER_CONCURRENCY      4 threads
+async_concurrency     ``--async-concurrency``    TETHER_ASYNC_CONC...    100 async handlers
 prefetch              ``--prefetch``             TETHER_PREFETCH         concurrency (jobs)
 queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
 poll_interval         ``--poll-interval``        TETHER_POLL_INTERVAL    1.0 s
@@ -55,6 +56,8 @@ LOG_FORMATS = ("text", "json")
 #: A PostgreSQL schema name Tether will quote into DDL: an unquoted identifier, at most 63 bytes.
 SCHEMA_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 MAX_CONCURRENCY = 1024
+#: Most ``async def`` handlers one worker runs at once on its event loop.
+MAX_ASYNC_CONCURRENCY = 100_000
 MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
 #: Smallest ``max_payload_bytes``: two bytes, the empty object ``{}`` (as :class:`tether.Tether` requires).
 MIN_PAYLOAD_LIMIT = 2
@@ -325,6 +328,8 @@ class Settings:
             to the master owning the prefix's hash slot); needs :attr:`redis_url`.
         schema: database schema (PostgreSQL) holding Tether's tables; None for the adapter's default.
         concurrency: worker threads (1-1024).
+        async_concurrency: ``async def`` handlers a worker runs at once on its event loop
+            (1-100,000), beside the threads.
         prefetch: most jobs a worker leases ahead of its free threads (0-1024; None: as many as
             ``concurrency``), only while handlers are short (see :class:`tether.WorkerPool`).
         queues: the queues a worker leases from; None for all.
@@ -352,6 +357,7 @@ class Settings:
     redis_cluster: bool = attrs.field(default=False, validator=_redis_cluster)
     schema: str | None = attrs.field(default=None, validator=_schema)
     concurrency: int = attrs.field(default=4, validator=_int_between(1, MAX_CONCURRENCY))
+    async_concurrency: int = attrs.field(default=100, validator=_int_between(1, MAX_ASYNC_CONCURRENCY))
     prefetch: int | None = attrs.field(default=None, validator=attrs.validators.optional(_int_between(0, MAX_CONCURRENCY)))
     queues: tuple[str, ...] | None = attrs.field(default=None, converter=_to_queues, validator=_queues)
     poll_interval: float = attrs.field(default=1.0, validator=_seconds())

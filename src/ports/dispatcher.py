@@ -20,7 +20,12 @@ class Dispatcher(Protocol):
     """Hands leased jobs to workers.
 
     A dispatcher may name how it works in a ``kind`` class attribute (``"polling"``, ``"redis"``):
-    worker pools record it in the worker registry (else their dispatcher's class name)."""
+    worker pools record it in the worker registry (else their dispatcher's class name).
+
+    A dispatcher whose :meth:`notify` does no I/O (only wakes threads of this process) says so
+    with a ``notify_blocks = False`` class attribute: the async API then calls it on the caller's
+    event loop instead of handing it to a thread (default, when absent: it blocks).
+    """
 
     def notify(self, jobs: Sequence[Job]) -> None:
         """Tell workers these jobs were committed.  Called after commit; never raises (failures

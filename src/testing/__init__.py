@@ -38,12 +38,13 @@ if TYPE_CHECKING:
         WorkerRegistryContract,
     )
     from tether.testing.fake import fake_app
-    from tether.testing.inline import DrainLimitExceeded, DrainReport, JobRun, drain
+    from tether.testing.inline import DrainLimitExceeded, DrainReport, JobRun, adrain, drain
     from tether.testing.statemachine import LockstepStateMachine, RepositoryStateMachine
 
 _EXPORTS = {
     "fake_app": "tether.testing.fake",
     "drain": "tether.testing.inline",
+    "adrain": "tether.testing.inline",
     "DrainReport": "tether.testing.inline",
     "DrainLimitExceeded": "tether.testing.inline",
     "JobRun": "tether.testing.inline",
@@ -74,6 +75,7 @@ __all__ = [
     "RepositoryStateMachine",
     "ScheduleStoreContract",
     "WorkerRegistryContract",
+    "adrain",
     "assert_enqueued",
     "assert_not_enqueued",
     "drain",

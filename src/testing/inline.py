@@ -18,11 +18,18 @@ retrying jobs it can run and the drain goes on, so a job that fails twice and th
 run three times by one ``drain(app)`` call, each attempt at its exact retry time.  A periodic
 tick's job (enqueued ahead by a worker pool) never moves the clock: ``drain`` does not wait for
 ticks not yet due, and it enqueues no tick itself.
+
+``async def`` handlers (and async failure hooks) run too: under :func:`drain` each on an event
+loop of its own; under ``await`` :func:`adrain`, inside an async test, on the test's own loop (so
+they may use what the test opened on it), while the rest of the drain runs on a worker thread and
+the loop stays free.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -189,6 +196,10 @@ class _InlineWriter:
             return None
 
 
+#: Set by :func:`adrain`: runs a coroutine of an async handler on the test's loop and waits for it.
+_run_coroutine: ContextVar[Callable[[Awaitable[Any]], Any] | None] = ContextVar("tether_drain_loop", default=None)
+
+
 def _no_jitter() -> float:
     return 0.0
 
@@ -328,6 +339,7 @@ def _run(app: Tether, job: Job, *, worker_id: str, lease_timeout: float, jitter:
     result: Execution = execute_job(
         job, ctx, handlers=app.handlers, repository=app.repository, clock=app.clock,
         retry_policy=app.retry_policy, writer=_InlineWriter(ctx), worker_id=worker_id, rand=jitter,
+        run_coroutine=_run_coroutine.get(),
     )
     written = result.job
     recorded = result.outcome is not Outcome.NOT_RECORDED
@@ -346,4 +358,38 @@ def _run(app: Tether, job: Job, *, worker_id: str, lease_timeout: float, jitter:
     )
 
 
-__all__ = ["DRAIN_WORKER_ID", "DrainLimitExceeded", "DrainReport", "JobRun", "drain"]
+async def adrain(
+    app: Tether,
+    *,
+    advance_clock: bool = True,
+    max_jobs: int = 10_000,
+    queues: Sequence[str] | None = None,
+    until: datetime | timedelta | None = None,
+    lease_timeout: float = 900.0,
+    jitter: Callable[[], float] = _no_jitter,
+) -> DrainReport:
+    """:func:`drain` inside an async test: ``report = await adrain(app)``.
+
+    Same arguments, report and errors.  ``async def`` handlers and hooks run on the calling event
+    loop (one at a time, in lease order, as :func:`drain` runs every job); the store's reads and
+    writes and plain handlers run on a worker thread, so the loop is never blocked meanwhile.
+    """
+    loop = asyncio.get_running_loop()
+
+    def on_this_loop(awaitable: Awaitable[Any]) -> Any:
+        async def wait() -> Any:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wait(), loop).result()
+
+    token = _run_coroutine.set(on_this_loop)
+    try:
+        return await asyncio.to_thread(
+            drain, app, advance_clock=advance_clock, max_jobs=max_jobs, queues=queues, until=until,
+            lease_timeout=lease_timeout, jitter=jitter,
+        )
+    finally:
+        _run_coroutine.reset(token)
+
+
+__all__ = ["DRAIN_WORKER_ID", "DrainLimitExceeded", "DrainReport", "JobRun", "adrain", "drain"]

@@ -21,6 +21,7 @@ SETTINGS_VARIABLES = (
     "TETHER_REDIS_URL",
     "TETHER_SCHEMA",
     "TETHER_CONCURRENCY",
+    "TETHER_ASYNC_CONCURRENCY",
     "TETHER_QUEUES",
     "TETHER_POLL_INTERVAL",
     "TETHER_LEASE_TIMEOUT",
@@ -141,6 +142,14 @@ BAD_INPUT = [
     (
         ["worker", "--app", "tether.testing:fake_app", "--until-idle", "--drain-timeout", "1e300"],
         "drain_timeout (--drain-timeout, TETHER_DRAIN_TIMEOUT): must be at most 3,155,760,000 seconds (100 years)",
+    ),
+    (
+        ["worker", "--app", "json:dumps", "--async-concurrency", "0"],
+        "async_concurrency (--async-concurrency, TETHER_ASYNC_CONCURRENCY): must be from 1 to 100,000, got 0",
+    ),
+    (
+        ["worker", "--app", "json:dumps", "--async-concurrency", "many"],
+        "async_concurrency (--async-concurrency, TETHER_ASYNC_CONCURRENCY): must be an integer, got 'many'",
     ),
     (["worker", "--app", "json:dumps", "--job-timeout", "0"], "job_timeout (--job-timeout, TETHER_JOB_TIMEOUT): must be > 0 seconds, got 0.0"),
     (["worker", "--app", "json:dumps", "--job-timeout", "inf"], "job_timeout (--job-timeout, TETHER_JOB_TIMEOUT): must be a finite number of seconds, got inf"),
@@ -673,7 +682,7 @@ def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.
     try:
         assert cli(
             "worker", "--app", "prefetch_app_for_cli_test:app", "--prefetch", "7", "-c", "3", "--job-timeout", "7.5",
-            "--until-idle",
+            "--async-concurrency", "250", "--until-idle",
         ).exit_code == 0
         sys.modules.pop("prefetch_app_for_cli_test", None)  # the worker closed that app: import it afresh
         monkeypatch.setenv("TETHER_PREFETCH", "0")
@@ -685,6 +694,7 @@ def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.
         sys.modules.pop("prefetch_app_for_cli_test", None)
     assert [(o["prefetch"], o["concurrency"]) for o in seen] == [(7, 3), (0, 4), (0, 4)]
     assert [o["job_timeout"] for o in seen] == [7.5, None, 90.0]
+    assert [o["async_concurrency"] for o in seen] == [250, 100, 100]
 
 
 @pytest.mark.parametrize("interrupted, code", [(True, 130), (False, 1)])

@@ -14,7 +14,9 @@ of the statement, not the transaction start) and a local monotonic source, NTP-s
 places the server's reading at that round trip's midpoint (error at most half the round trip).
 ``now()`` is then ``local() + offset``: no I/O.  The offset is measured again in the calling
 thread once it is older than ``refresh_interval`` seconds (one caller pays one round trip;
-concurrent callers do not wait for it).  Because the local source is monotonic, a step of the
+concurrent callers do not wait for it), except on a thread running an event loop (the async
+API's callers): there the measurement runs on a short-lived thread of its own, so no ``now()``
+ever blocks a loop.  Because the local source is monotonic, a step of the
 machine's wall clock (NTP, an operator, a suspended VM) does not move ``now()``.
 
 Guarantees: ``now()`` is timezone-aware UTC and never goes backwards, across threads: when a
@@ -30,6 +32,7 @@ reads the same system clock; :class:`~tether.adapters.clock.SystemClock` is the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -110,6 +113,7 @@ class DatabaseClock(Clock):
         self._last = float("-inf")  # the last value now() returned (epoch seconds)
         self._next_refresh = float("-inf")
         self._synced = False
+        self._background = False  # a measurement runs on a thread of its own (see now())
         self._round_trip: float | None = None
         self._failures = 0
         self._warnings = RateLimitedLog(log, LOG_EVERY, clock=local)
@@ -143,7 +147,10 @@ class DatabaseClock(Clock):
         """The server's current time as seen from here: aware UTC, never earlier than a value
         returned before (by any thread).  Measures the offset again first when it is stale."""
         if self._local() >= self._next_refresh:
-            self._refresh_if_free()
+            if asyncio._get_running_loop() is None:
+                self._refresh_if_free()
+            else:  # never a round trip on an event loop
+                self._refresh_in_background()
         with self._lock:
             value = max(self._local() + self._offset, self._last)
             self._last = value
@@ -168,6 +175,22 @@ class DatabaseClock(Clock):
             return self._synced
 
     # -- measuring -------------------------------------------------------------------------------
+    def _refresh_in_background(self) -> None:
+        """Measure on a thread of its own (one at a time); the caller reads the current offset."""
+        with self._lock:
+            if self._background:
+                return
+            self._background = True
+
+        def measure() -> None:
+            try:
+                self._refresh_if_free()
+            finally:
+                with self._lock:
+                    self._background = False
+
+        threading.Thread(target=measure, name="tether-clock-refresh", daemon=True).start()
+
     def _refresh_if_free(self) -> None:
         if not self._refreshing.acquire(blocking=False):
             return  # another thread is measuring: use the current offset meanwhile

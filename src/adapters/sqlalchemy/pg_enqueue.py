@@ -32,7 +32,7 @@ from tether.adapters.sqlalchemy.enqueue import unknown_enqueue_error
 from tether.adapters.sqlalchemy.mapping import inserted_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE
-from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
+from tether.adapters.sqlalchemy.transactions import _UnknownOutcome, bound_connection
 from tether.domain.errors import StorageUnavailable, TetherError
 from tether.domain.job import EnqueueResult, NewJob
 from tether.domain.timeutil import ensure_utc
@@ -58,7 +58,10 @@ class PgEnqueue(PgConnections):
         """As the base class.  The common case, no idempotency key and no caller's transaction, is
         one prepared ``INSERT ... RETURNING id`` sent straight on a pooled psycopg connection
         (:mod:`.pg_driver`), and the job is built from the request (:func:`.mapping.inserted_job`):
-        the shortest path from ``enqueue`` to a committed row, which is most of a job's start latency."""
+        the shortest path from ``enqueue`` to a committed row, which is most of a job's start latency.
+        Under the async API (a bound connection, :func:`.transactions.run_bound`) the same statement
+        runs on that connection."""
+        bound = bound_connection()
         if connection is not None or new_job.idempotency_key is not None:
             return super().enqueue(new_job, now=now, connection=connection)
         now = ensure_utc(now, "now")
@@ -72,6 +75,9 @@ class PgEnqueue(PgConnections):
             )
         params = (new_job.job_type, new_job.queue, new_job.payload_json, new_job.priority, new_job.max_attempts,
                   new_job.scheduled_at, now, new_job.headers_json)
+        if bound is not None:  # the async API: the same statement on its bound connection
+            job_id = self._on_caller(bound, "enqueue a job", lambda c: c.exec_driver_sql(sql, params).scalar_one())
+            return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
         try:
             [(job_id,)] = self._driver_once("enqueue a job", sql, params)
         except _UnknownOutcome as unknown:
@@ -82,7 +88,7 @@ class PgEnqueue(PgConnections):
         """As the base class; afterwards, a large bulk enqueue refreshes the planner's statistics
         (see :meth:`_refresh_statistics`)."""
         results = super().enqueue_many(new_jobs, now=now, connection=connection)
-        if connection is None:
+        if connection is None and bound_connection() is None:
             self._refresh_statistics(sum(1 for r in results if r.created))
         return results
 

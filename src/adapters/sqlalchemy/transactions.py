@@ -22,6 +22,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from sqlalchemy import MetaData, Table
@@ -55,6 +56,34 @@ class _UnknownOutcome(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+#: The connection every statement of the repository runs on while set, and where its after-commit
+#: callbacks go (None: the connection's own commit) (see :func:`run_bound`).
+_bound: ContextVar[tuple[Connection, list[Callable[[], None]] | None] | None] = ContextVar(
+    "tether_bound_connection", default=None
+)
+
+
+def run_bound(conn: Connection, work: Callable[[], T], after_commit: list[Callable[[], None]] | None = None) -> T:
+    """Run ``work`` with every statement of every SQL repository on ``conn``, in its transaction:
+    the repository opens no connection of its own, joins ``conn`` as it joins a caller's
+    (``connection=``) and never retries (the transaction is not its own to repeat).  Its
+    after-commit callbacks run when ``conn`` commits, or, with ``after_commit`` (a connection the
+    caller opened for this work alone and commits itself), are appended to that list for the
+    caller to run once it committed.  The async API runs the sync statements so, on the sync face
+    of an ``AsyncConnection`` (``AsyncConnection.run_sync``)."""
+    token = _bound.set((conn, after_commit))
+    try:
+        return work()
+    finally:
+        _bound.reset(token)
+
+
+def bound_connection() -> Connection | None:
+    """The connection of the enclosing :func:`run_bound`, or None."""
+    bound = _bound.get()
+    return None if bound is None else bound[0]
 
 
 class SqlTransactions:
@@ -107,6 +136,10 @@ class SqlTransactions:
         """
         if self._closed:
             raise StorageUnavailable(f"{self.safe_url}: the repository was closed")
+        bound = _bound.get()
+        if bound is not None:
+            yield bound[0]
+            return
         with self._write_guard() if write else self._guard(), self.engine.connect() as conn:
             if single and self.single_statement_autocommit:
                 conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -138,9 +171,10 @@ class SqlTransactions:
         """Run ``work`` (one whole transaction) again on transient errors, with backoff.
 
         Only for work that is safe to repeat: its transaction either committed or did nothing,
-        and running it again after a commit is harmless (reads, idempotent writes).
+        and running it again after a commit is harmless (reads, idempotent writes).  Never
+        repeated on a bound connection (:func:`run_bound`).
         """
-        for attempt in range(self.retry_attempts):
+        for attempt in range(1 if _bound.get() is not None else self.retry_attempts):
             try:
                 return work()
             except sa_exc.DBAPIError as error:
@@ -196,7 +230,7 @@ class SqlTransactions:
         ``work`` runs on instead of :meth:`_begin`, as one statement in autocommit (e.g. a pooled
         driver connection); failing to open it is retried like a failure before COMMIT.
         """
-        for attempt in range(self.retry_attempts):
+        for attempt in range(1 if _bound.get() is not None else self.retry_attempts):
             unknown = False
             try:
                 with self._begin(write=True, single=single) if connect is None else connect() as conn:
@@ -237,13 +271,18 @@ class SqlTransactions:
         return (ours.host, ours.port, ours.database) == (theirs.host, theirs.port, theirs.database)
 
     def _caller_connection(self, connection: Any) -> Connection | None:
-        """The Connection to run on for ``connection=`` (None: use our own transaction)."""
+        """The Connection to run on for ``connection=`` (None: use our own transaction; the
+        bound connection of :func:`run_bound` counts as the caller's)."""
         if connection is None:
-            return None
+            return bound_connection()
         if isinstance(connection, Session):
             conn = connection.connection()
         elif isinstance(connection, Connection):
             conn = connection
+        elif type(connection).__name__ in ("AsyncConnection", "AsyncSession"):
+            raise ValidationError(
+                "connection", f"an {type(connection).__name__} joins through the async API (await app.aenqueue(...))"
+            )
         else:
             raise ValidationError(
                 "connection",
@@ -269,9 +308,16 @@ class SqlTransactions:
     def on_commit(self, connection: Any, callback: Callable[[], None]) -> None:
         """Run ``callback`` after ``connection``'s transaction commits; never after a rollback.
 
-        ``connection`` is None (run at once), a Session, a Connection, or the handle of
+        ``connection`` is None (run at once, or at the commit of the bound connection of
+        :func:`run_bound`), a Session, a Connection, or the handle of
         :meth:`transaction`.  A callback that raises is logged and ignored.
         """
+        bound = _bound.get() if connection is None else None
+        if bound is not None:
+            connection, after_commit = bound
+            if after_commit is not None:
+                after_commit.append(callback)
+                return
         if connection is None:
             run_safely(callback)
         elif isinstance(connection, Session):
@@ -284,4 +330,4 @@ class SqlTransactions:
             )
 
 
-__all__ = ["TRANSIENT_LOG_PERIOD", "SqlTransactions"]
+__all__ = ["TRANSIENT_LOG_PERIOD", "SqlTransactions", "bound_connection", "run_bound"]

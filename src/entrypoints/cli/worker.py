@@ -99,6 +99,13 @@ def worker(
     concurrency: Annotated[
         int | None, setting_option("concurrency", "Worker threads. [default: 4]", "-c", parser=integer(), metavar="N")
     ] = None,
+    async_concurrency: Annotated[
+        int | None,
+        setting_option(
+            "async_concurrency", "async def handlers run at once on the worker's event loop. [default: 100]",
+            parser=integer(), metavar="N",
+        ),
+    ] = None,
     prefetch: Annotated[
         int | None,
         setting_option(
@@ -179,6 +186,7 @@ def worker(
     """
     settings = load_settings(
         concurrency=concurrency,
+        async_concurrency=async_concurrency,
         prefetch=prefetch,
         queues=tuple(queues) if queues else None,
         lease_timeout=lease_timeout,
@@ -200,6 +208,7 @@ def worker(
     try:
         pool = tether_app.worker(
             concurrency=settings.concurrency,
+            async_concurrency=settings.async_concurrency,
             prefetch=settings.prefetch,
             queues=list(settings.queues) if settings.queues else None,
             lease_timeout=settings.lease_timeout,

@@ -55,12 +55,13 @@ same locked sections and round trips as when the pool was one class.
 
 **The runner seam.**  The acquirer sees the runner only through :class:`~.runner.Runner`: its
 ``slots``, its recent mean ``handler_seconds`` (for the prefetch room), ``free_slots()`` and
-``submit(entries)``; shutdown adds ``release_unstarted``.  A runner of ``async def`` handlers
-(``async_runner.py``: an event loop owned by the pool, beside the threads) implements the same
-interface and writes its outcomes through the same :class:`~.outcomes.Outcomes`; with both in one
-pool, what the acquirer is given is one :class:`~.runner.Runner` over the two that submits each
-job to the runner of its handler's kind.  The acquirer, the heartbeats, the batcher and shutdown
-do not change.
+``submit(entries)``; shutdown adds ``release_unstarted``.  ``async def`` handlers run on an event
+loop owned by the pool (:mod:`.async_runner`, thread ``tether-async``, up to
+``async_concurrency`` at once), which implements the same interface and writes its outcomes
+through the same :class:`~.outcomes.Outcomes`; when the pool has such handlers, what the acquirer
+is given is one runner over the two (:class:`~.routing.RunnerByKind`) that submits each job to
+the runner of its handler's kind.  The acquirer, the heartbeats, the batcher and shutdown do not
+change.
 
 Re-exported here: :class:`WorkerPool`, :class:`WorkerStats`, :func:`default_worker_id` and the
 tuning constants.  The constants are read where they are used: to change one in a test, patch it

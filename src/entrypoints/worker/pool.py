@@ -29,13 +29,15 @@ from tether.entrypoints.job_logs import install_filter
 from tether.entrypoints.maintenance import MaintenanceLoop, Reaper
 from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL, HEARTBEATS_PER_LEASE
 from tether.entrypoints.worker.acquirer import Acquirer
+from tether.entrypoints.worker.async_runner import AsyncRunner
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.heartbeats import Heartbeats
 from tether.entrypoints.worker.held import HeldJobs
 from tether.entrypoints.worker.observers import JobObserver, combine
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.presence import Presence
-from tether.entrypoints.worker.runner import ThreadRunner
+from tether.entrypoints.worker.routing import RunnerByKind
+from tether.entrypoints.worker.runner import Runner, ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
 from tether.entrypoints.worker.stats import Counts, WorkerStats
 from tether.entrypoints.worker.ticker import PrepareTick, Ticker
@@ -92,6 +94,10 @@ class WorkerPool:
         prepare_tick: builds a tick's job (required with ``schedule_store``).
         observers: told about each job and the pool's start (metrics, traces, job logs; see
             :mod:`tether.entrypoints.worker.observers`); None or empty: no observer call at all.
+        async_concurrency: ``async def`` handlers run at once on the pool's event loop (1-100,000;
+            default 100), beside the threads (see :mod:`.async_runner`).  The loop is started
+            only when a handler registered before the pool was built is ``async def``; later
+            async registrations run on the threads, each on an event loop of its own.
 
     Raises:
         ValidationError: naming the bad argument.
@@ -120,6 +126,7 @@ class WorkerPool:
         schedule_store: ScheduleStore | None = None,
         prepare_tick: PrepareTick | None = None,
         observers: Sequence[JobObserver] | None = None,
+        async_concurrency: int = 100,
     ) -> None:
         self.repository = repository
         self.dispatcher = dispatcher
@@ -146,6 +153,7 @@ class WorkerPool:
         self.worker_id = validate_worker_id(worker_id) if worker_id is not None else default_worker_id()
         self.prefetch = self.concurrency if prefetch is None else validate_int(prefetch, "prefetch", 0, 1024)
         self.job_timeout = None if job_timeout is None else validate_seconds(job_timeout, "job_timeout", allow_zero=False)
+        self.async_concurrency = validate_int(async_concurrency, "async_concurrency", 1, 100_000)
 
         install_filter()  # its log records about a job carry the job's fields (see tether.entrypoints.job_logs)
         self._observer = observer = combine(observers)
@@ -170,12 +178,21 @@ class WorkerPool:
             timeouts=timeouts, job_timeout=self.job_timeout, observer=observer,
         )
         timeouts.slots = runner
+        self._async_runner: AsyncRunner | None = None
+        pool_runner: Runner = runner
+        if any(spec.is_async for spec in list(handlers.values())):
+            self._async_runner = AsyncRunner(
+                held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
+                clock=clock, retry_policy=self.retry_policy, concurrency=self.async_concurrency,
+                worker_id=self.worker_id, counts=counts, job_timeout=self.job_timeout, ratelog=ratelog,
+            )
+            pool_runner = RunnerByKind(runner, self._async_runner, handlers)
         self._shutdown = shutdown = Shutdown(
-            held=held, counts=counts, runner=runner, repository=repository, dispatcher=dispatcher, clock=clock,
+            held=held, counts=counts, runner=pool_runner, repository=repository, dispatcher=dispatcher, clock=clock,
             worker_id=self.worker_id, ratelog=ratelog, timeouts=timeouts,
         )
         self._acquirer = acquirer = Acquirer(
-            held=held, runner=runner, completions=completions, repository=repository, dispatcher=dispatcher,
+            held=held, runner=pool_runner, completions=completions, repository=repository, dispatcher=dispatcher,
             clock=clock, queues=self.queues, worker_id=self.worker_id, lease_timeout=self.lease_timeout,
             max_wait=self.max_wait, prefetch=self.prefetch, ratelog=ratelog,
             release_unstarted=shutdown.release_unstarted,
@@ -183,7 +200,7 @@ class WorkerPool:
         # The acquirer waits for room: it is told whenever a job leaves a slot or the book, and,
         # with a dispatcher that leases from the repository, each completion flush leases for it.
         held.wake = acquirer.wake
-        refill = acquirer.refill(handlers_busy=runner.busy)
+        refill = acquirer.refill(handlers_busy=pool_runner.busy)
         if refill is not None:
             completions.refill_with(refill)
         self._presence = presence = Presence(
@@ -235,9 +252,11 @@ class WorkerPool:
                 raise RuntimeError("this WorkerPool was already started; build a new one with app.worker()")
             self._started = True
         logger.info(
-            "worker %s starting: %d thread(s), queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s, "
+            "worker %s starting: %d thread(s)%s, queues %s, lease %.1f s, heartbeat %.1f s, reap every %.1f s, "
             "job timeout %s, %d periodic schedule(s)",
-            self.worker_id, self.concurrency, self.queues or "all", self.lease_timeout,
+            self.worker_id, self.concurrency,
+            f" and up to {self.async_concurrency} async handler(s) on an event loop" if self._async_runner else "",
+            self.queues or "all", self.lease_timeout,
             self.heartbeat_interval, self.reap_interval,
             "none" if self.job_timeout is None else f"{self.job_timeout:g} s", self._ticker.schedule_count,
         )
@@ -246,6 +265,8 @@ class WorkerPool:
         self._presence.announce()
         self._completions.start()
         self._runner.start()
+        if self._async_runner is not None:
+            self._async_runner.start()
         self._heartbeats.start()
         self._acquirer.start()
         self._maintenance.start()
@@ -277,12 +298,16 @@ class WorkerPool:
         self._shutdown.release_prefetched()
         self._shutdown.drain(deadline=deadline, drain_timeout=drain, first_signals=first_signals)
         self._runner.stop()
+        if self._async_runner is not None:
+            self._async_runner.stop()
         self._timeouts.stop()
         self._heartbeats.stop()
         self._maintenance.stop()
         # Handler threads whose job was released may still be inside a handler that ignores
         # cancellation; they are daemon threads, so wait only briefly.
         self._runner.join(deadline=time.monotonic() + 1.0)
+        if self._async_runner is not None:
+            self._async_runner.join(deadline=time.monotonic() + 1.0)
         self._heartbeats.join(5.0)
         self._presence.withdraw()
         self._timeouts.join(5.0)
