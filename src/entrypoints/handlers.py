@@ -12,6 +12,7 @@ may be a coroutine function too.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -61,12 +62,34 @@ def is_coroutine_handler(func: Callable[..., Any]) -> bool:
         ValidationError (field ``handler``): ``func`` is a generator or async generator function,
             whose body a call would never run.
     """
-    target = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004 - callable objects
-    name = getattr(func, "__qualname__", repr(func))
-    if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
-        kind = "an async generator" if inspect.isasyncgenfunction(target) else "a generator"
-        raise ValidationError("handler", f"{name} is {kind} function; a handler is a plain or async def function")
-    return inspect.iscoroutinefunction(target)
+    name = getattr(func, "__qualname__", None) or repr(func)
+    targets = _call_targets(func)
+    for target in targets:
+        if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
+            kind = "an async generator" if inspect.isasyncgenfunction(target) else "a generator"
+            raise ValidationError("handler", f"{name} is {kind} function; a handler is a plain or async def function")
+    return any(inspect.iscoroutinefunction(target) for target in targets)
+
+
+def _call_targets(func: object) -> list[object]:
+    """What a call of ``func`` runs: itself, the functions behind ``functools.partial`` and
+    ``functools.wraps`` (``__wrapped__``), and a callable object's ``__call__``."""
+    targets: list[object] = []
+    current: object = func
+    for _ in range(16):  # a bound on partial/wraps chains (and on a __wrapped__ cycle)
+        targets.append(current)
+        if isinstance(current, functools.partial):
+            current = current.func
+        elif getattr(current, "__wrapped__", None) is not None:
+            current = current.__wrapped__  # type: ignore[attr-defined]
+        elif not inspect.isroutine(current) and not isinstance(current, type):
+            call = inspect.getattr_static(type(current), "__call__", None)
+            if call is None or call in targets:
+                break
+            current = call
+        else:
+            break
+    return targets
 
 
 def takes_context(func: Callable[..., Any]) -> bool:
