@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -43,6 +42,7 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.worker.completions import CompletionBatcher, Refill
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.runner import Runner
+from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -72,6 +72,7 @@ class Acquirer:
         prefetch: most jobs leased ahead of the free slots (0-1024).
         ratelog: the pool's rate-limited log.
         release_unstarted: hands back a job leased while shutdown began; never raises.
+        spawn: builds the thread (``spawn(name, loop, stopped=...)``; the pool's supervisor).
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class Acquirer:
         prefetch: int,
         ratelog: RateLimitedLog,
         release_unstarted: Callable[[Job], None],
+        spawn: Callable[..., SupervisedThread] = SupervisedThread,
     ) -> None:
         self._held = held
         self._lock = held.lock
@@ -107,7 +109,7 @@ class Acquirer:
         self._release_unstarted = release_unstarted
         self._reserved = 0  # jobs a lease query on the wire may return (this loop or a refilling flush)
         self._lease_batch = max(1, runner.slots // 2)  # free slots worth a lease query at once
-        self._thread = threading.Thread(target=self._run, name="tether-acquire", daemon=True)
+        self._thread = spawn("tether-acquire", self._run, stopped=held.stopping.is_set)
 
     def start(self) -> None:
         """Start the thread (a daemon)."""
@@ -121,8 +123,7 @@ class Acquirer:
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the thread to end (after :meth:`interrupt`)."""
-        if self._thread.ident is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     def free(self, completing: int = 0) -> int:
         """Jobs a lease query may ask for now (under the pool's lock): free slots plus the
@@ -186,7 +187,7 @@ class Acquirer:
                     max_wait=self._max_wait,
                 )
                 backoff = 0.0
-            except Exception as exc:  # noqa: BLE001 - the loop must survive any storage trouble
+            except BaseException as exc:  # noqa: BLE001 - the loop survives anything (asyncio.CancelledError too)
                 self._hand_out([], free)
                 backoff = min(max(backoff * 2, ACQUIRE_BACKOFF[0]), ACQUIRE_BACKOFF[1])
                 self._ratelog(
@@ -206,14 +207,17 @@ class Acquirer:
         unstarted."""
         entries: list[HeldJob] = []
         late: list[Job] = []
-        for job in jobs:
-            ctx = JobContext(
-                job, repository=self._repository, clock=self._clock, lease_timeout=self._lease_timeout,
-                worker_id=self._worker_id,
-            )
-            entries.append(HeldJob(job, ctx))
+        try:
+            for job in jobs:
+                ctx = JobContext(
+                    job, repository=self._repository, clock=self._clock, lease_timeout=self._lease_timeout,
+                    worker_id=self._worker_id,
+                )
+                entries.append(HeldJob(job, ctx))
+        finally:
+            with self._lock:
+                self._reserved -= reserved  # given back whatever happens, so no room is lost for good
         with self._lock:
-            self._reserved -= reserved
             if self._held.stopping.is_set():
                 late = [e.job for e in entries]
                 entries = []
@@ -253,7 +257,7 @@ class Acquirer:
             if told is not None:
                 try:
                     told(jobs)
-                except Exception:  # noqa: BLE001 - a broker's bookkeeping never breaks the flusher
+                except BaseException:  # noqa: BLE001 - a broker's bookkeeping never breaks the flusher
                     self._ratelog("note-leases", logging.WARNING, "worker %s: the dispatcher failed to note %d lease(s)",
                                   self._worker_id, len(jobs), exc_info=True)
 

@@ -46,6 +46,7 @@ import attrs
 from tether.domain.errors import StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job
+from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
 from tether.ports.repository import JobRepository
 
@@ -108,6 +109,7 @@ class CompletionBatcher:
             ``StorageUnavailable`` is sent again (its items whose ``give_up_at`` passed get the
             error instead).
         refill: lease the pool's next jobs with each flush (:class:`Refill`); None: never.
+        spawn: builds the flusher thread (``spawn(name, loop, stopped=...)``; the pool's supervisor).
 
     Call :meth:`start` before use and :meth:`close` at the end; after :meth:`close`,
     :meth:`complete` writes directly (one ``complete`` call in the caller's thread).
@@ -122,6 +124,7 @@ class CompletionBatcher:
         name: str = "tether-complete",
         retry_delays: tuple[float, float] = (0.05, 2.0),
         refill: Refill | None = None,
+        spawn: Callable[..., SupervisedThread] = SupervisedThread,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -135,7 +138,8 @@ class CompletionBatcher:
         self._cond = threading.Condition()
         self._pending: list[_Pending] = []
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._spawn = spawn
+        self._thread: SupervisedThread | None = None
         #: (flushes, items) written so far: items / flushes is the mean batch size.
         self.flushes = 0
         self.items = 0
@@ -167,7 +171,7 @@ class CompletionBatcher:
 
     def start(self) -> None:
         """Start the flusher thread (a daemon)."""
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread = self._spawn(self._name, self._run, stopped=lambda: self._closed)
         self._thread.start()
 
     def submit(self, job_id: int, token: str, done: Done, *, give_up_at: float = 0.0) -> bool:
@@ -217,7 +221,7 @@ class CompletionBatcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is not None:
             self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -232,6 +236,8 @@ class CompletionBatcher:
                         self._cond.release()  # never call the pool under our lock
                         try:
                             self._refill.idle()
+                        except BaseException:
+                            logger.exception("the completion flusher's idle callback raised")
                         finally:
                             self._cond.acquire()
                 while not self._pending and not retry and not self._closed:
@@ -240,7 +246,7 @@ class CompletionBatcher:
                     return
                 if self._refill is not None and not retry:  # let the threads' completions gather
                     ends = time.monotonic() + REFILL_COALESCE_SECONDS
-                    while len(self._pending) < self._max_batch and not self._closed and self._refill.handlers_busy():
+                    while len(self._pending) < self._max_batch and not self._closed and self._busy():
                         remaining = ends - time.monotonic()
                         if remaining <= 0:
                             break
@@ -256,12 +262,20 @@ class CompletionBatcher:
             else:
                 delay = self._retry_delays[0]
 
+    def _busy(self) -> bool:
+        try:
+            return self._refill is not None and self._refill.handlers_busy()
+        except BaseException:  # noqa: BLE001 - unknown: flush now
+            return False
+
     def _flush(self, batch: list[_Pending]) -> list[_Pending]:
-        """Write ``batch``; answer every item, except those to send again (returned)."""
+        """Write ``batch``; answer every item, except those to send again (returned).  Never
+        raises: whatever goes wrong, every item is answered or returned."""
         refill = self._refill
-        reserved = refill.reserve(len(batch)) if refill is not None else 0
+        reserved = 0
         jobs: list[Job] = []
         try:
+            reserved = refill.reserve(len(batch)) if refill is not None else 0
             items = [(p.job_id, p.token) for p in batch]
             if reserved > 0 and refill is not None:
                 results, jobs = self._repository.complete_and_lease(

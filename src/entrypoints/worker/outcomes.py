@@ -58,7 +58,7 @@ def announce(dispatcher: Dispatcher, job: Job, ratelog: RateLimitedLog) -> None:
     Streams publishes it then) instead of at the next sweep; never raises."""
     try:
         dispatcher.notify([job])
-    except Exception:  # noqa: BLE001 - a lost notification costs latency, never the job
+    except BaseException:  # noqa: BLE001 - a lost notification costs latency, never the job
         ratelog("notify", logging.WARNING, "could not tell the dispatcher about %s job %d", job.status.value,
                 job.id, exc_info=True)
 
@@ -210,7 +210,7 @@ class Outcomes:
                               self._worker_id, what, job.id, describe_failure(exc, 500))
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-            except Exception:  # e.g. a bug in an adapter: never kill the thread
+            except BaseException:
                 logger.exception("worker %s: %s of job %s failed; the reaper will take the job back",
                                  self._worker_id, what, job.id)
                 return None
