@@ -88,8 +88,10 @@ class PollingDispatcher(Dispatcher):
         limit: int,
         lease_timeout: float,
         max_wait: float,
+        listed_order: bool = False,
     ) -> list[Job]:
-        """Lease up to ``limit`` due jobs for ``worker_id``, waiting up to ``max_wait`` seconds.
+        """Lease up to ``limit`` due jobs for ``worker_id``, waiting up to ``max_wait`` seconds
+        (``listed_order``: as for ``JobRepository.lease``).
 
         Returns the leased jobs as soon as a lease query finds any; ``[]`` after ``max_wait``
         seconds without work, or at once after :meth:`wake`.
@@ -108,7 +110,8 @@ class PollingDispatcher(Dispatcher):
                 if self._closed or self._woken != woken:
                     return []
             jobs = self.repository.lease(
-                queues=queues, worker_id=worker_id, now=self.clock.now(), lease_timeout=lease_timeout, limit=limit
+                queues=queues, worker_id=worker_id, now=self.clock.now(), lease_timeout=lease_timeout, limit=limit,
+                **({"listed_order": True} if listed_order else {}),  # a repository of an older port lacks it
             )
             if jobs:
                 with self._cond:

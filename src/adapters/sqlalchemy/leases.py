@@ -22,7 +22,7 @@ from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import StorageUnavailable
-from tether.domain.job import Job, JobStatus, lease_order_key
+from tether.domain.job import Job, JobStatus, lease_order_key, listed_order_key
 from tether.domain.lease import new_lease_token
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_queue, validate_seconds, validate_worker_id
@@ -117,9 +117,11 @@ class SqlLeases(SqlReads):
         raise NotImplementedError
 
     def lease(
-        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
+        listed_order: bool = False,
     ) -> list[Job]:
-        """Lease up to ``limit`` due jobs in lease order, each under a fresh fencing token.
+        """Lease up to ``limit`` due jobs in lease order (or queue by queue in the order listed,
+        with ``listed_order``), each under a fresh fencing token.
 
         Raises StorageUnavailable (never returns "no job" because the store was locked or down).
         """
@@ -128,18 +130,31 @@ class SqlLeases(SqlReads):
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         if limit < 1 or (queues is not None and not queues):
             return []
-        rows = self._lease_write(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
-        return sorted((row_to_job(r) for r in rows), key=lease_order_key)
+        listed = listed_order and queues is not None and len(queues) > 1
+        rows = self._lease_write(
+            queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed
+        )
+        return sorted((row_to_job(r) for r in rows), key=listed_order_key(queues) if listed else lease_order_key)
 
     def _lease_write(
-        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
+        listed: bool = False,
     ) -> list[Row[Any]]:
-        return self._write(
-            "lease jobs",
-            lambda c: self._lease_rows(
-                c, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit
-            ),
-        )
+        def lease_rows(conn: Connection) -> list[Row[Any]]:
+            if not listed or queues is None:
+                return self._lease_rows(
+                    conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit
+                )
+            rows: list[Row[Any]] = []  # queue by queue, in one transaction
+            for queue in queues:
+                rows += self._lease_rows(
+                    conn, queues=[queue], worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(rows)
+                )
+                if len(rows) >= limit:
+                    break
+            return rows
+
+        return self._write("lease jobs", lease_rows)
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
         """Lease this job if it is due; else None.  A compare-and-set on its leasable status."""

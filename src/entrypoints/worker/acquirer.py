@@ -20,6 +20,10 @@ submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
   (``complete_and_lease``: one round trip; :meth:`Acquirer.refill` gives the batcher its
   :class:`~tether.entrypoints.worker.completions.Refill`), and this loop waits while such a flush
   is pending or on the wire; it leases itself when the pool is starting or idle.
+- **Fairness across queues**: a pool serving several named queues rotates which one it asks
+  first, one lease query (its own or a refilling flush's) after another (:meth:`Acquirer.next_queues`,
+  ``listed_order=True``), so a backlog in one queue cannot starve the others; within a queue, and
+  for a pool on all queues, the strict lease order holds.
 - **Storage trouble** (``StorageUnavailable`` or any other error from the dispatcher) is logged
   at most about once a second and retried with a bounded exponential backoff
   (:data:`ACQUIRE_BACKOFF`).
@@ -29,6 +33,8 @@ submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import logging
 import random
 import time
@@ -58,6 +64,16 @@ LEASE_COALESCE_SECONDS = 0.002
 #: runner is expected to start within this time at the recent mean handler time (and at most
 #: ``prefetch``), so a pool running long jobs leases none ahead of its threads.
 PREFETCH_HORIZON = 0.05
+
+
+def accepts_keyword(function: Callable[..., object], name: str) -> bool:
+    """True when ``function`` takes the keyword ``name`` (or any keyword): a port method of an
+    adapter written against an older port may lack a newer optional parameter."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 class Acquirer:
@@ -110,6 +126,9 @@ class Acquirer:
         self._reserved = 0  # jobs a lease query on the wire may return (this loop or a refilling flush)
         self._lease_batch = max(1, runner.slots // 2)  # free slots worth a lease query at once
         self._thread = spawn("tether-acquire", self._run, stopped=held.stopping.is_set)
+        self._turn = itertools.count()  # which queue goes first in the next lease query
+        self._rotates = queues is not None and len(queues) > 1
+        self._acquire_listed = self._rotates and accepts_keyword(dispatcher.acquire, "listed_order")
 
     def start(self) -> None:
         """Start the thread (a daemon)."""
@@ -149,11 +168,21 @@ class Acquirer:
         leases_from = getattr(self._dispatcher, "leases_from", None)  # a third-party dispatcher may lack it
         if leases_from is None or not leases_from(self._repository):
             return None
+        rotate = self._rotates and accepts_keyword(self._repository.complete_and_lease, "listed_order")
         return Refill(
             queues=self._queues, worker_id=self._worker_id, lease_timeout=self._lease_timeout,
             reserve=self._reserve_refill, deliver=self._deliver_refill, idle=self._refill_idle,
-            handlers_busy=handlers_busy,
+            handlers_busy=handlers_busy, next_queues=self.next_queues if rotate else None,
         )
+
+    def next_queues(self) -> Sequence[str] | None:
+        """The pool's queues for the next lease query: rotated by one from the last query's when
+        it serves several named queues (so each goes first in turn), else as given."""
+        queues = self._queues
+        if not self._rotates or queues is None:
+            return queues
+        first = next(self._turn) % len(queues)
+        return [*queues[first:], *queues[:first]]
 
     def _run(self) -> None:
         stopping = self._held.stopping
@@ -180,11 +209,12 @@ class Acquirer:
             jobs: list[Job] = []
             try:
                 jobs = self._dispatcher.acquire(
-                    queues=self._queues,
+                    queues=self.next_queues(),
                     worker_id=self._worker_id,
                     limit=free,
                     lease_timeout=self._lease_timeout,
                     max_wait=self._max_wait,
+                    **({"listed_order": True} if self._acquire_listed else {}),
                 )
                 backoff = 0.0
             except BaseException as exc:  # noqa: BLE001 - the loop survives anything (asyncio.CancelledError too)

@@ -76,6 +76,8 @@ class Refill:
             loop, which waits while a flush may refill, goes on then).
         handlers_busy: True while a handler of the pool is running or a job waits for a thread
             (read without locks; only steers when to flush).
+        next_queues: the queues of the next lease, listed in the order to prefer them (a pool
+            serving several named queues rotates them); None: ``queues`` in one lease order.
     """
 
     queues: Sequence[str] | None
@@ -85,6 +87,7 @@ class Refill:
     deliver: Callable[[list[Job], int], None]
     idle: Callable[[], None]
     handlers_busy: Callable[[], bool]
+    next_queues: Callable[[], Sequence[str] | None] | None = None
 
 
 class _Pending:
@@ -278,9 +281,11 @@ class CompletionBatcher:
             reserved = refill.reserve(len(batch)) if refill is not None else 0
             items = [(p.job_id, p.token) for p in batch]
             if reserved > 0 and refill is not None:
+                rotate = refill.next_queues
                 results, jobs = self._repository.complete_and_lease(
-                    items, now=self._clock.now(), queues=refill.queues, worker_id=refill.worker_id,
-                    lease_timeout=refill.lease_timeout, limit=reserved,
+                    items, now=self._clock.now(), queues=refill.queues if rotate is None else rotate(),
+                    worker_id=refill.worker_id, lease_timeout=refill.lease_timeout, limit=reserved,
+                    **({} if rotate is None else {"listed_order": True}),
                 )
             else:
                 results = self._repository.complete_many(items, now=self._clock.now())
