@@ -40,7 +40,7 @@ from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
-from tether.domain.errors import LeaseLost, StorageUnavailable
+from tether.domain.errors import LeaseLost, StorageRowError, StorageUnavailable
 from tether.domain.job import Job, JobStatus, lease_order_key, listed_order_key
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds, validate_worker_id
@@ -53,7 +53,7 @@ COMPLETED_OR_CANCELLED = "CASE WHEN j.cancel_requested_at IS NULL THEN 'complete
 class PgLeases(PgConnections):
     """``lease``, ``complete_many`` (through :meth:`_complete_rows`) and ``complete_and_lease`` on PostgreSQL."""
 
-    def _lease_parts(self, shape: str) -> tuple[str, str]:
+    def _lease_parts(self, shape: str, skip: bool = False) -> tuple[str, str]:
         """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
         :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
         due rows of the queue filter ``shape`` (all, one, many) in lease order, skipping rows other
@@ -64,6 +64,8 @@ class PgLeases(PgConnections):
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
         queue_filter = {"all": "", "one": " AND queue = %(p_queue)s", "listed": " AND queue = q.name",
                         "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
+        if skip:  # only while rows that failed alone are left out (see .row_faults)
+            queue_filter += " AND id <> ALL(CAST(%(p_skip)s AS bigint[]))"
         chosen = (
             f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
             f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
@@ -82,12 +84,12 @@ class PgLeases(PgConnections):
         )
         return chosen, update
 
-    def _lease_sql(self, shape: str) -> str:
+    def _lease_sql(self, shape: str, skip: bool = False) -> str:
         """The lease statement (:meth:`_lease_parts`) for a queue filter of ``shape``."""
-        key = ("lease_sql", shape)
+        key = ("lease_sql", shape, skip)
         sql = self._statements.get(key)
         if sql is None:
-            chosen, update = self._lease_parts(shape)
+            chosen, update = self._lease_parts(shape, skip)
             sql = self._statements[key] = f"WITH chosen AS ({chosen}) {update}"
         return sql
 
@@ -104,13 +106,21 @@ class PgLeases(PgConnections):
         if limit < 1 or (queues is not None and not queues):
             return []
         shape = self._listed_shape(queues, listed_order)
-        sql = self._lease_sql(shape)
+        skip = self._skipped.ids()
+        sql = self._lease_sql(shape, bool(skip))
         order = listed_order_key(queues) if shape == "listed" else lease_order_key
         base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        if skip:
+            base["p_skip"] = skip
         for attempt in range(self.retry_attempts):
             secret = secrets.token_hex(16)
             try:
                 rows = self._driver_once("lease jobs", sql, {**base, "p_secret": secret})
+            except StorageRowError:  # one row refused: the others go through, one by one
+                return self._lease_row_by_row(
+                    queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
+                    listed=shape == "listed",
+                )
             except _UnknownOutcome:
                 recovered = self._read(
                     "check an interrupted lease",
@@ -213,7 +223,8 @@ class PgLeases(PgConnections):
         fresh secret; else LeaseLost).  Raises StorageUnavailable past the retries.
         """
         now = ensure_utc(now, "now")
-        if not items or limit < 1 or (queues is not None and not queues):
+        if not items or limit < 1 or (queues is not None and not queues) or self._skipped.ids():
+            # (while rows that failed alone are left out, the lease is a statement of its own)
             return super().complete_and_lease(
                 items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit,
                 listed_order=listed_order,
@@ -232,6 +243,16 @@ class PgLeases(PgConnections):
             try:
                 # raw rows on the driver, mapped by position: no per-statement SQLAlchemy overhead
                 rows = self._driver_once("complete and lease jobs", sql, params)
+            except StorageRowError:
+                # A row refused (a trigger, a constraint), not the connection: the completions
+                # alone (raising StorageRowError again if one of theirs is the bad row, for the
+                # caller to write them one by one), then the lease, which leaves the bad row out.
+                done.update(zip(batch, self.complete_many(batch, now=now)))
+                jobs = self.lease(
+                    queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
+                    listed_order=listed_order,
+                )
+                return [done[(int(i), str(t))] for i, t in items], jobs
             except _UnknownOutcome:
                 leased = self._read(
                     "check an interrupted lease",

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import attrs
-from tether.domain.errors import StorageUnavailable
+from tether.domain.errors import StorageRowError, StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job
 from tether.entrypoints.worker.supervision import SupervisedThread
@@ -291,6 +291,10 @@ class CompletionBatcher:
                 results = self._repository.complete_many(items, now=self._clock.now())
             if len(results) != len(batch):  # pragma: no cover - an adapter bug; never guess who landed
                 raise RuntimeError(f"complete_many answered {len(results)} results for {len(batch)} items")
+        except StorageRowError as exc:  # a row was refused: the others must not share its fate
+            if refill is not None and reserved:
+                refill.deliver([], reserved)
+            return self._one_by_one(batch, exc)
         except StorageUnavailable as exc:
             if refill is not None and reserved:
                 refill.deliver([], reserved)
@@ -316,6 +320,35 @@ class CompletionBatcher:
         if refill is not None and reserved:
             refill.deliver(jobs, reserved)
         return []
+
+    def _one_by_one(self, batch: list[_Pending], error: StorageRowError) -> list[_Pending]:
+        """``batch`` was refused because of a row: write each item alone, so each gets its own
+        answer (the bad one its error); items that meet ``StorageUnavailable`` are returned to be
+        sent again while their ``give_up_at`` allows.  Never raises."""
+        if len(batch) == 1:
+            self._answer(batch[0], error)
+            return []
+        logger.warning("completions of %d job(s) refused because of a row (%s); writing them one by one", len(batch),
+                       describe_failure(error, 500))
+        again: list[_Pending] = []
+        for p in batch:
+            result: Job | BaseException
+            try:
+                result = self._repository.complete_many([(p.job_id, p.token)], now=self._clock.now())[0]
+            except StorageRowError as exc:
+                result = exc
+            except StorageUnavailable as exc:
+                if time.monotonic() < p.give_up_at:
+                    again.append(p)
+                    continue
+                result = exc
+            except BaseException as exc:  # noqa: BLE001 - this item's caller gets the error
+                result = exc
+            if isinstance(result, Job):
+                self.items += 1
+            self._answer(p, result)
+        self.flushes += 1
+        return again
 
     @staticmethod
     def _answer(pending: _Pending, result: Job | BaseException) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from tether.adapters.log_limits import RateLimitedLog
-from tether.domain.errors import LeaseLost, StorageUnavailable
+from tether.domain.errors import LeaseLost, StorageRowError, StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.entrypoints.execution import Execution, Outcome, OutcomeWriter
@@ -197,6 +197,10 @@ class Outcomes:
                     "worker %s: %s of job %s refused: lease lost (the reaper or another worker took it); nothing written",
                     self._worker_id, what, job.id,
                 )
+                return None
+            except StorageRowError as exc:  # refused because of the row: sending it again fails again
+                logger.error("worker %s: %s of job %s refused by the store (%s); the reaper will take the job back",
+                             self._worker_id, what, job.id, describe_failure(exc, 500))
                 return None
             except StorageUnavailable as exc:
                 past_lease = expires is not None and self._clock.now() >= expires
