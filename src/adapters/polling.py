@@ -26,6 +26,9 @@ from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
 
+#: Most worker ids whose idle backoff the dispatcher remembers; past it the book starts over (a
+#: long-lived process that runs pool after pool, each with a new id, keeps flat memory).
+MAX_IDLE_WORKERS = 1024
 
 class PollingDispatcher(Dispatcher):
     """Leases jobs by polling the repository, with an idle backoff.
@@ -125,6 +128,8 @@ class PollingDispatcher(Dispatcher):
                 if self._notified == notified and self._woken == woken and not self._closed:
                     self._cond.wait(min(delay, remaining))
                 if self._notified == notified:
+                    if len(self._idle_delay) >= MAX_IDLE_WORKERS and worker_id not in self._idle_delay:
+                        self._idle_delay.clear()  # workers that came and went: forget their backoff
                     self._idle_delay[worker_id] = min(delay * 2, self.poll_interval)
 
     def __repr__(self) -> str:
@@ -146,4 +151,4 @@ class PollingDispatcher(Dispatcher):
             self._cond.notify_all()
 
 
-__all__ = ["PollingDispatcher"]
+__all__ = ["MAX_IDLE_WORKERS", "PollingDispatcher"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -116,7 +117,9 @@ class Tether(JobControl):
         self.default_max_attempts = validate_int(default_max_attempts, "default_max_attempts", 1, MAX_ATTEMPTS_LIMIT)
         self._handlers: dict[str, HandlerSpec] = {}
         self._handlers_lock = threading.Lock()
-        self._pools: list[WorkerPool] = []
+        # Pools built here, for close() to stop; weak, so a stopped pool nobody holds is freed (a
+        # running pool is held by its own threads).
+        self._pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
         self._closed = False
 
     # -- handlers ----------------------------------------------------------------------------
@@ -393,7 +396,7 @@ class Tether(JobControl):
             registry=self.registry,
             job_timeout=job_timeout,
         )
-        self._pools.append(pool)
+        self._pools.add(pool)
         return pool
 
     def close(self) -> None:
@@ -402,7 +405,7 @@ class Tether(JobControl):
         if self._closed:
             return
         self._closed = True
-        for pool in self._pools:
+        for pool in list(self._pools):
             pool.stop()
         for close in (self.dispatcher.close, self.repository.close):
             try:
