@@ -215,7 +215,7 @@ class JobRepository(Protocol):
         try:
             jobs = self.lease(
                 queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
-                listed_order=listed_order,
+                **({"listed_order": True} if listed_order else {}),  # an adapter of an older port may lack it
             )
         except StorageUnavailable:
             if not items:
