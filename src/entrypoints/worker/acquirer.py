@@ -244,10 +244,12 @@ class Acquirer:
                     worker_id=self._worker_id,
                 )
                 entries.append(HeldJob(job, ctx))
-        finally:
+        except BaseException:
             with self._lock:
                 self._reserved -= reserved  # given back whatever happens, so no room is lost for good
+            raise
         with self._lock:
+            self._reserved -= reserved
             if self._held.stopping.is_set():
                 late = [e.job for e in entries]
                 entries = []
