@@ -160,3 +160,28 @@ def test_a_row_that_keeps_failing_is_left_out_twice_as_long_each_time() -> None:
     book.succeeded(7)
     assert book.ids() == []
     assert book.failed(7, "lease", error) == SKIP_SECONDS[0]
+
+
+def test_a_worker_pool_runs_every_job_but_the_bad_ones(repo: Any) -> None:
+    """A real pool (refills through ``complete_and_lease``): a job whose lease is refused and one
+    whose completion is refused do not hold back the 30 others, each completed once."""
+    from tether.adapters.clock import SystemClock
+    from tether.adapters.polling import PollingDispatcher
+    from tether.entrypoints.service import Tether
+
+    from tests.conftest import wait_for
+
+    clock = SystemClock()
+    app = Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.02), clock)
+    runs: list[int] = []
+    for job_type in ("good", "bad.complete", "bad.lease"):
+        app.handler(job_type)(lambda payload, ctx: runs.append(ctx.job.id))
+    bad_lease = app.enqueue("bad.lease", {}, priority=9).job.id
+    bad_complete = app.enqueue("bad.complete", {}, priority=5).job.id
+    good = [app.enqueue("good", {"n": n}).job.id for n in range(30)]
+    with app.worker(concurrency=4, lease_timeout=60, max_wait=0.05, drain_timeout=1):
+        wait_for(lambda: all(repo.get(i).status is JobStatus.COMPLETED for i in good), 30.0, "the good jobs completed")
+    assert sorted(runs) == sorted([bad_complete, *good])
+    assert repo.get(bad_lease).status is JobStatus.QUEUED
+    # its completion was refused alone: never completed, left running for the reaper at its lease expiry
+    assert repo.get(bad_complete).status is JobStatus.RUNNING
