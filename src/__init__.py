@@ -33,6 +33,7 @@ _EXPORTS = {
     "JobNotFound": "tether.domain.errors",
     "InvalidTransition": "tether.domain.errors",
     "StorageUnavailable": "tether.domain.errors",
+    "StorageRowError": "tether.domain.errors",
     "ServiceUnavailable": "tether.domain.errors",
     "DispatcherUnavailable": "tether.domain.errors",
     "PermanentError": "tether.domain.errors",

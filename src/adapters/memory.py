@@ -284,7 +284,8 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
 
     # -- leases ------------------------------------------------------------------------------
     def lease(
-        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
+        listed_order: bool = False,
     ) -> list[Job]:
         now = ensure_utc(now, "now")
         worker_id = validate_worker_id(worker_id)
@@ -305,6 +306,8 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
                             heapq.heappush(self._waiting.setdefault(name, []), (self._jobs[entry[2]].scheduled_at, entry[2]))
                     if ready and (best is None or ready[0] < best):
                         best, best_queue = ready[0], name
+                        if listed_order and queues is not None:  # the first listed queue with a due job
+                            break
                 if best is None:
                     break
                 heapq.heappop(self._ready[best_queue])

@@ -26,6 +26,9 @@ from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
 
+#: Most worker ids whose idle backoff the dispatcher remembers; past it the book starts over (a
+#: long-lived process that runs pool after pool, each with a new id, keeps flat memory).
+MAX_IDLE_WORKERS = 1024
 
 class PollingDispatcher(Dispatcher):
     """Leases jobs by polling the repository, with an idle backoff.
@@ -91,8 +94,10 @@ class PollingDispatcher(Dispatcher):
         limit: int,
         lease_timeout: float,
         max_wait: float,
+        listed_order: bool = False,
     ) -> list[Job]:
-        """Lease up to ``limit`` due jobs for ``worker_id``, waiting up to ``max_wait`` seconds.
+        """Lease up to ``limit`` due jobs for ``worker_id``, waiting up to ``max_wait`` seconds
+        (``listed_order``: as for ``JobRepository.lease``).
 
         Returns the leased jobs as soon as a lease query finds any; ``[]`` after ``max_wait``
         seconds without work, or at once after :meth:`wake`.
@@ -111,7 +116,8 @@ class PollingDispatcher(Dispatcher):
                 if self._closed or self._woken != woken:
                     return []
             jobs = self.repository.lease(
-                queues=queues, worker_id=worker_id, now=self.clock.now(), lease_timeout=lease_timeout, limit=limit
+                queues=queues, worker_id=worker_id, now=self.clock.now(), lease_timeout=lease_timeout, limit=limit,
+                **({"listed_order": True} if listed_order else {}),  # a repository of an older port lacks it
             )
             if jobs:
                 with self._cond:
@@ -125,6 +131,8 @@ class PollingDispatcher(Dispatcher):
                 if self._notified == notified and self._woken == woken and not self._closed:
                     self._cond.wait(min(delay, remaining))
                 if self._notified == notified:
+                    if len(self._idle_delay) >= MAX_IDLE_WORKERS and worker_id not in self._idle_delay:
+                        self._idle_delay.clear()  # workers that came and went: forget their backoff
                     self._idle_delay[worker_id] = min(delay * 2, self.poll_interval)
 
     def __repr__(self) -> str:
@@ -146,4 +154,4 @@ class PollingDispatcher(Dispatcher):
             self._cond.notify_all()
 
 
-__all__ = ["PollingDispatcher"]
+__all__ = ["MAX_IDLE_WORKERS", "PollingDispatcher"]

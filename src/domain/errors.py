@@ -84,6 +84,14 @@ class StorageUnavailable(ServiceUnavailable):
     """
 
 
+class StorageRowError(StorageUnavailable):
+    """The store refused a write because of a row, not the connection: a constraint, a trigger
+    of the user's raising, a row it cannot read.  Sending the same rows again fails again, so a
+    batch that meets it is written again row by row and the bad row is reported (or skipped for
+    a while) alone.  A :class:`StorageUnavailable`, so callers that handle that one still do.
+    """
+
+
 class JobTimeout(TetherError):
     """A handler ran past its time limit (``@app.handler(..., timeout=...)`` or the worker's
     ``job_timeout``).

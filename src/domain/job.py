@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -164,6 +165,17 @@ class Job:
 def lease_order_key(job: Job) -> tuple[int, datetime, int]:
     """Sort key of the lease order: priority DESC, scheduled_at ASC, id ASC."""
     return (-job.priority, job.scheduled_at, job.id)
+
+
+def listed_order_key(queues: Sequence[str] | None) -> Callable[[Job], tuple[int, int, datetime, int]]:
+    """Sort key of a lease that takes ``queues`` in the order listed: the queue's position in
+    ``queues``, then :func:`lease_order_key` (a queue not listed sorts last)."""
+    position = {name: i for i, name in enumerate(queues or ())}
+
+    def key(job: Job) -> tuple[int, int, datetime, int]:
+        return (position.get(job.queue, len(position)), -job.priority, job.scheduled_at, job.id)
+
+    return key
 
 
 @attrs.frozen

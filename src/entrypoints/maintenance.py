@@ -16,7 +16,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import ValidationError
@@ -83,7 +85,7 @@ class Reaper:
         if retrying and self.dispatcher is not None:
             try:
                 self.dispatcher.notify(retrying)
-            except Exception:  # a notification is an optimisation; the poll/sweep finds the job
+            except BaseException:
                 logger.exception("dispatcher notify failed for %d reaped jobs (they will be found by the next poll or sweep)", len(retrying))
         return reaped
 
@@ -135,6 +137,9 @@ class MaintenanceLoop:
         maintain_interval: seconds between ``dispatcher.maintain(now)`` calls (> 0); the
             dispatcher applies its own cadence (e.g. a sweep interval) on top.
         name: the thread name.
+        spawn: builds the thread, ``spawn(name, loop, stopped=...)`` returning an object with
+            ``start``, ``is_alive`` and ``join`` (a worker pool passes its supervisor's); default a
+            plain daemon thread.
 
     Raises:
         ValidationError: an interval that is not a finite number of seconds > 0.
@@ -148,6 +153,7 @@ class MaintenanceLoop:
         reap_interval: float,
         maintain_interval: float = 1.0,
         name: str = "tether-maintenance",
+        spawn: Callable[..., Any] | None = None,
     ) -> None:
         self.reaper = reaper
         self.dispatcher = dispatcher
@@ -155,8 +161,12 @@ class MaintenanceLoop:
         self.maintain_interval = validate_seconds(maintain_interval, "maintain_interval", allow_zero=False)
         self.reaped = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        if spawn is None:
+            self._thread: Any = threading.Thread(target=self._run, name=name, daemon=True)
+        else:
+            self._thread = spawn(name, self._run, stopped=self._stop.is_set)
         self._ratelog = RateLimitedLog(logger)
+        self._running_in: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -164,7 +174,7 @@ class MaintenanceLoop:
     def stop(self, timeout: float | None = 5.0) -> None:
         """Ask the loop to end and wait up to ``timeout`` seconds for the pass in progress."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if self._thread.is_alive() and threading.current_thread() is not self._running_in:
             self._thread.join(timeout)
 
     def _log_error(self, what: str) -> None:
@@ -172,6 +182,7 @@ class MaintenanceLoop:
         self._ratelog("pass", logging.ERROR, "%s failed; retrying at the next pass", what, exc_info=True)
 
     def _run(self) -> None:
+        self._running_in = threading.current_thread()
         next_reap = time.monotonic()
         next_maintain = time.monotonic()
         while not self._stop.is_set():
@@ -180,13 +191,13 @@ class MaintenanceLoop:
                 next_reap = now + self.reap_interval
                 try:
                     self.reaped += len(self.reaper.run_once())
-                except Exception:  # noqa: BLE001 - the loop must outlive any one pass
+                except BaseException:  # noqa: BLE001 - the loop outlives any one pass (asyncio.CancelledError too)
                     self._log_error("reaper pass")
             if now >= next_maintain:
                 next_maintain = now + self.maintain_interval
                 try:
                     self.dispatcher.maintain(self.reaper.clock.now())
-                except Exception:  # noqa: BLE001
+                except BaseException:  # noqa: BLE001
                     self._log_error("dispatcher maintenance")
             self._stop.wait(max(min(next_reap, next_maintain) - time.monotonic(), 0.0))
 

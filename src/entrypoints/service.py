@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -126,7 +127,9 @@ class Tether(JobControl, PeriodicSchedules, AsyncApi):
         self.schedule_store: ScheduleStore | None = repository if isinstance(repository, ScheduleStore) else None
         self._schedules: dict[str, Schedule] = {}
         self._schedules_lock = threading.Lock()
-        self._pools: list[WorkerPool] = []
+        # Pools built here, for close() to stop; weak, so a stopped pool nobody holds is freed (a
+        # running pool is held by its own threads).
+        self._pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
         self._closed = False
         #: Observers every worker pool of this app gets, before those given to :meth:`worker`
         #: (``tether.tracing.instrument`` adds its tracer here).
@@ -451,7 +454,7 @@ class Tether(JobControl, PeriodicSchedules, AsyncApi):
             observers=[*self.observers, *(observers or ())],
             async_concurrency=async_concurrency,
         )
-        self._pools.append(pool)
+        self._pools.add(pool)
         return pool
 
     def close(self) -> None:
@@ -460,7 +463,7 @@ class Tether(JobControl, PeriodicSchedules, AsyncApi):
         if self._closed:
             return
         self._closed = True
-        for pool in self._pools:
+        for pool in list(self._pools):
             pool.stop()
         self._close_notifier()
         for close in (self.async_access.close, self.dispatcher.close, self.repository.close):

@@ -40,9 +40,12 @@ class Dispatcher(Protocol):
         limit: int,
         lease_timeout: float,
         max_wait: float,
+        listed_order: bool = False,
     ) -> list[Job]:
         """Block up to ``max_wait`` seconds for work; return up to ``limit`` jobs leased to
-        ``worker_id`` for ``lease_timeout`` seconds (possibly none).
+        ``worker_id`` for ``lease_timeout`` seconds (possibly none).  ``listed_order``: prefer the
+        ``queues`` in the order listed (see ``JobRepository.lease``); a worker pool serving several
+        named queues rotates its list from one call to the next, so no queue starves another.
 
         Raises:
             StorageUnavailable: the repository could not be reached (the caller backs off).

@@ -140,10 +140,18 @@ class JobRepository(Protocol):
         now: datetime,
         lease_timeout: float,
         limit: int = 1,
+        listed_order: bool = False,
     ) -> list[Job]:
         """Lease up to ``limit`` due jobs (all queues if ``queues`` is None) in lease order
         (priority DESC, scheduled_at ASC, id ASC); each gets a fresh fencing token and expires
-        ``lease_timeout`` seconds after ``now``.  Returns the leased jobs, possibly none."""
+        ``lease_timeout`` seconds after ``now``.  Returns the leased jobs, possibly none, in that
+        order.
+
+        ``listed_order``: False (the default) takes the best jobs of all the ``queues`` together,
+        in one global lease order.  True takes the queues in the order listed: the due jobs of
+        ``queues[0]`` in lease order, then, if ``limit`` is not reached, those of ``queues[1]``,
+        and so on (returned in that order); a worker pool rotating its list this way serves its
+        queues fairly.  Ignored when ``queues`` is None."""
         ...
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
@@ -197,6 +205,7 @@ class JobRepository(Protocol):
         worker_id: str,
         lease_timeout: float,
         limit: int,
+        listed_order: bool = False,
     ) -> tuple[list[Job | LeaseLost], list[Job]]:
         """Fenced completion of ``items`` and a lease of up to ``limit`` more jobs, for a worker
         pool whose completion flush also refills its free threads.
@@ -205,7 +214,8 @@ class JobRepository(Protocol):
         (id, ``running``, token), one answer per item in input order, LeaseLost returned for an
         item whose token no longer holds the job); the lease is exactly :meth:`lease` with the same
         ``now`` (lease order, a fresh fencing token per job, expiry ``now + lease_timeout``
-        seconds; ``limit`` 0 leases nothing).  A job completed by this call is never leased by it.
+        seconds; ``limit`` 0 leases nothing; ``listed_order`` as there).  A job completed by this
+        call is never leased by it.
         ``now`` is timezone-aware UTC (``finished_at`` of the completions, ``leased_at`` of the
         leases); ``lease_timeout`` is in seconds (> 0).
 
@@ -229,7 +239,10 @@ class JobRepository(Protocol):
         if limit < 1:
             return results, []
         try:
-            jobs = self.lease(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
+            jobs = self.lease(
+                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
+                **({"listed_order": True} if listed_order else {}),  # an adapter of an older port may lack it
+            )
         except StorageUnavailable:
             if not items:
                 raise

@@ -180,9 +180,14 @@ class JobModel:
         return self.enqueued, True
 
     # -- leases ------------------------------------------------------------------------------
-    def next_leases(self, *, now: datetime, queues: tuple[str, ...] | None, limit: int) -> list[int]:
-        """Ordinals a lease of up to ``limit`` jobs takes, in lease order."""
+    def next_leases(
+        self, *, now: datetime, queues: tuple[str, ...] | None, limit: int, listed_order: bool = False
+    ) -> list[int]:
+        """Ordinals a lease of up to ``limit`` jobs takes, in lease order; with ``listed_order``
+        (and queues named) queue by queue in the order listed, each in lease order."""
         due = [j for j in self.jobs.values() if j.due(now) and (queues is None or j.queue in queues)]
+        if listed_order and queues is not None:
+            return [j.ordinal for j in sorted(due, key=lambda j: (queues.index(j.queue), *ModelJob.order(j)))[:limit]]
         return [j.ordinal for j in sorted(due, key=ModelJob.order)[:limit]]
 
     def can_lease(self, ordinal: int, now: datetime) -> bool:

@@ -138,7 +138,9 @@ class Acknowledger:
     def _wake(self) -> None:
         """Start the background thread on first use, and wake it."""
         with self._lock:
-            if self._thread is None and not self._connection.closed:
+            # started on first use; started again should it have died (the loop survives any
+            # exception, so only something outside Python's control could end it)
+            if (self._thread is None or not self._thread.is_alive()) and not self._connection.closed:
                 self._thread = threading.Thread(target=self._loop, name="tether-redis-acker", daemon=True)
                 self._thread.start()
         self._wanted.set()
@@ -149,8 +151,19 @@ class Acknowledger:
             if not self._connection.closed:
                 time.sleep(ACK_COALESCE)  # gather what the next few leases add: one round trip for all
             self._wanted.clear()
-            self.flush()
-            self._retire_debts()
+            try:
+                self.flush()
+                self._retire_debts()
+            except BaseException as exc:  # noqa: BLE001 - the thread outlives anything; entries stay pending
+                self._lost(exc)
+
+    def _lost(self, exc: BaseException) -> None:
+        """An error other than Redis's in a pass: recorded like a Redis failure (the entries stay
+        pending and are reclaimed later); never raises."""
+        try:
+            self._health.record_failure(exc)
+        except BaseException:  # noqa: BLE001, S110 - health bookkeeping never ends the thread
+            pass
 
     def _retire_debts(self) -> None:
         """Read (without blocking) and acknowledge one entry per job leased without spending one,

@@ -178,15 +178,21 @@ class SlotRoute:
             self._wanted.clear()
             try:
                 pool = self.locate()
-            except Exception as exc:  # noqa: BLE001 - every failure is retried with backoff
-                self._on_error(exc)
+            except BaseException as exc:  # noqa: BLE001 - every failure is retried with backoff
+                try:
+                    self._on_error(exc)
+                except BaseException:  # noqa: BLE001, S110 - reporting never ends the thread
+                    pass
                 delay = min(RESOLVE_CAP, max(RESOLVE_START, delay * 2))
                 self._wanted.set()
                 self._stop.wait(delay)
                 continue
             delay = 0.0
             if not self._closed:
-                self._on_route(pool)
+                try:
+                    self._on_route(pool)
+                except BaseException:
+                    log.exception("switching to the slot's new owner failed")
 
     def close(self) -> None:
         """Stop the background thread and close the topology reader's connections."""

@@ -181,10 +181,13 @@ class RedisStreamsDispatcher(Dispatcher):
         limit: int,
         lease_timeout: float,
         max_wait: float,
+        listed_order: bool = False,
     ) -> list[Job]:
         """Block up to ``max_wait`` seconds for published jobs of ``queues`` (all registered queues
         if None) and return up to ``limit`` of them leased to ``worker_id`` for ``lease_timeout``
-        seconds.  While Redis is unreachable, leases straight from the repository.
+        seconds.  While Redis is unreachable, leases straight from the repository.  With
+        ``listed_order`` the queues' streams are read, and the repository leased from, in the
+        order listed (see ``JobRepository.lease``).
 
         Raises:
             ValidationError: a bad queue name.
@@ -192,6 +195,9 @@ class RedisStreamsDispatcher(Dispatcher):
                 and are retried).
         """
         names = None if queues is None else sorted({validate_queue(q) for q in queues})
+        if listed_order and queues is not None:
+            names = list(dict.fromkeys(validate_queue(q) for q in queues))
+        listed = {"listed_order": True} if listed_order and names is not None and len(names) > 1 else {}
         connection, health, reader = self._connection, self._health, self._stream_consumer
         if limit <= 0 or connection.closed:
             return []
@@ -213,16 +219,18 @@ class RedisStreamsDispatcher(Dispatcher):
             first = False
             if health.is_down():
                 jobs = self._repository.lease(
-                    queues=names, worker_id=worker_id, now=self._clock.now(), lease_timeout=lease_timeout, limit=limit
+                    queues=names, worker_id=worker_id, now=self._clock.now(), lease_timeout=lease_timeout, limit=limit,
+                    **listed,
                 )
                 if jobs or remaining <= 0:
                     return jobs
                 reader.sleep(min(remaining, max(health.down_until - now, 0.005)), generation)
                 continue
-            backlog_key = None if names is None else tuple(names)
+            backlog_key = None if names is None else tuple(sorted(names))
             if self._backlog.get(backlog_key):
                 jobs = self._repository.lease(
-                    queues=names, worker_id=worker_id, now=self._clock.now(), lease_timeout=lease_timeout, limit=limit
+                    queues=names, worker_id=worker_id, now=self._clock.now(), lease_timeout=lease_timeout, limit=limit,
+                    **listed,
                 )
                 if jobs:
                     self._acks.owe(jobs)

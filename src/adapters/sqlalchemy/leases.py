@@ -21,8 +21,8 @@ from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
-from tether.domain.errors import StorageUnavailable
-from tether.domain.job import Job, JobStatus, lease_order_key
+from tether.domain.errors import StorageRowError, StorageUnavailable
+from tether.domain.job import Job, JobStatus, lease_order_key, listed_order_key
 from tether.domain.lease import new_lease_token
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_queue, validate_seconds, validate_worker_id
@@ -63,8 +63,9 @@ class SqlLeases(SqlReads):
                 params["p_queues"] = names
         return params
 
-    def _due_filter_params(self, shape: str) -> list[ColumnElement[bool]]:
-        """The due-job predicate with bound parameters ``p_now`` and ``p_queue``/``p_queues``."""
+    def _due_filter_params(self, shape: str, skip: bool = False) -> list[ColumnElement[bool]]:
+        """The due-job predicate with bound parameters ``p_now`` and ``p_queue``/``p_queues``
+        (and ``p_skip``, the ids of jobs left out, with ``skip``: see :mod:`.row_faults`)."""
         t = self.table
         conditions = [
             status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING),
@@ -75,6 +76,8 @@ class SqlLeases(SqlReads):
             conditions.append(t.c.queue == bindparam("p_queue", type_=t.c.queue.type))
         elif shape == "many":
             conditions.append(t.c.queue.in_(bindparam("p_queues", expanding=True, type_=t.c.queue.type)))
+        if skip:
+            conditions.append(t.c.id.not_in(bindparam("p_skip", expanding=True, type_=t.c.id.type)))
         return conditions
 
     def _lease_values_params(self, token: Any) -> dict[str, Any]:
@@ -111,15 +114,19 @@ class SqlLeases(SqlReads):
         return self._read("read due jobs", lambda c: [row_to_job(r) for r in c.execute(stmt, params)])
 
     def _lease_rows(
-        self, conn: Connection, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+        self, conn: Connection, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float,
+        limit: int, skip: Sequence[int] = (),
     ) -> list[Row[Any]]:
-        """Lease up to ``limit`` due jobs in one statement; returns the leased rows (any order)."""
+        """Lease up to ``limit`` due jobs in one statement, none of the ids in ``skip``; returns
+        the leased rows (any order)."""
         raise NotImplementedError
 
     def lease(
-        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
+        listed_order: bool = False,
     ) -> list[Job]:
-        """Lease up to ``limit`` due jobs in lease order, each under a fresh fencing token.
+        """Lease up to ``limit`` due jobs in lease order (or queue by queue in the order listed,
+        with ``listed_order``), each under a fresh fencing token.
 
         Raises StorageUnavailable (never returns "no job" because the store was locked or down).
         """
@@ -128,18 +135,64 @@ class SqlLeases(SqlReads):
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         if limit < 1 or (queues is not None and not queues):
             return []
-        rows = self._lease_write(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
-        return sorted((row_to_job(r) for r in rows), key=lease_order_key)
+        listed = listed_order and queues is not None and len(queues) > 1
+        try:
+            rows = self._lease_write(
+                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed,
+                skip=self._skipped.ids(),
+            )
+        except StorageRowError:
+            return self._lease_row_by_row(
+                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed
+            )
+        return sorted((row_to_job(r) for r in rows), key=listed_order_key(queues) if listed else lease_order_key)
 
     def _lease_write(
-        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
+        listed: bool = False, skip: Sequence[int] = (),
     ) -> list[Row[Any]]:
-        return self._write(
-            "lease jobs",
-            lambda c: self._lease_rows(
-                c, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit
-            ),
-        )
+        def lease_rows(conn: Connection) -> list[Row[Any]]:
+            if not listed or queues is None:
+                return self._lease_rows(
+                    conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, skip=skip
+                )
+            rows: list[Row[Any]] = []  # queue by queue, in one transaction
+            for queue in queues:
+                rows += self._lease_rows(
+                    conn, queues=[queue], worker_id=worker_id, now=now, lease_timeout=lease_timeout,
+                    limit=limit - len(rows), skip=skip,
+                )
+                if len(rows) >= limit:
+                    break
+            return rows
+
+        return self._write("lease jobs", lease_rows)
+
+    def _lease_row_by_row(
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
+        listed: bool,
+    ) -> list[Job]:
+        """A batch lease was refused because of a row (:class:`StorageRowError`): lease the due
+        jobs one at a time (:meth:`lease_job`), in the order the batch would have, so the others
+        go through; each job whose row fails alone is skipped for a while (:mod:`.row_faults`)."""
+        skip = set(self._skipped.ids())
+        groups = [[q] for q in queues] if listed and queues is not None else [queues]
+        leased: list[Job] = []
+        for group in groups:
+            for job in self.due_jobs(now=now, queues=group, limit=limit + len(skip)):
+                if len(leased) >= limit:
+                    return leased
+                if job.id in skip:
+                    continue
+                try:
+                    got = self.lease_job(job.id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
+                except StorageRowError as error:
+                    self._skipped.failed(job.id, "lease", error)
+                    continue
+                if got is not None:
+                    self._skipped.succeeded(job.id)
+                    leased.append(got)
+        return leased
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
         """Lease this job if it is due; else None.  A compare-and-set on its leasable status."""

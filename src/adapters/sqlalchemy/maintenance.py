@@ -19,7 +19,7 @@ from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain import transitions
-from tether.domain.errors import InvalidTransition, JobNotFound
+from tether.domain.errors import InvalidTransition, JobNotFound, StorageRowError
 from tether.domain.job import RETRYABLE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
 from tether.domain.timeutil import ensure_utc
 
@@ -48,25 +48,52 @@ class SqlMaintenance(SqlReads):
         write each as :func:`~tether.domain.transitions.reap` makes it, under a compare-and-set on
         the token read and the expiry (SQLite holds the write lock throughout; PostgreSQL
         overrides this with one statement).  The jobs as written, oldest expiry first."""
-        t = self.table
         reaped: list[Job] = []
         for row in self._expired_rows(conn, now, limit):
-            job = row_to_job(row)
-            assert job.lease_token is not None
-            new = transitions.reap(job, now=now, token=job.lease_token)
-            written = conn.execute(
-                update(t)
-                .where(
-                    t.c.id == job.id,
-                    status_is(t.c.status, JobStatus.RUNNING),
-                    t.c.lease_token == job.lease_token,
-                    t.c.lease_expires_at <= now,
-                )
-                .values(**job_state_values(new, self.engine.dialect.name))
-                .returning(*t.c)
-            ).first()
+            written = self._reap_one(conn, row_to_job(row), now)
             if written is not None:
-                reaped.append(row_to_job(written))
+                reaped.append(written)
+        return reaped
+
+    def _reap_one(self, conn: Connection, job: Job, now: datetime) -> Job | None:
+        """Write the expired lease of ``job`` (as read) as :func:`~tether.domain.transitions.reap`
+        makes it, under a compare-and-set on its token and expiry; None when it changed meanwhile."""
+        t = self.table
+        assert job.lease_token is not None
+        new = transitions.reap(job, now=now, token=job.lease_token)
+        written = conn.execute(
+            update(t)
+            .where(
+                t.c.id == job.id,
+                status_is(t.c.status, JobStatus.RUNNING),
+                t.c.lease_token == job.lease_token,
+                t.c.lease_expires_at <= now,
+            )
+            .values(**job_state_values(new, self.engine.dialect.name))
+            .returning(*t.c)
+        ).first()
+        return row_to_job(written) if written is not None else None
+
+    def _reap_row_by_row(self, now: datetime, limit: int) -> list[Job]:
+        """A reap pass was refused because of a row (:class:`StorageRowError`), or rows that
+        failed alone are left out: read the expired leases (but those) and write each in a
+        transaction of its own, so the others go through; a row that fails alone is left out for
+        a while (:mod:`.row_faults`)."""
+        skip = self._skipped.ids()
+        select_expired = self._expired_select(now, limit)
+        if skip:
+            select_expired = select_expired.where(self.table.c.id.not_in(skip))
+        reaped: list[Job] = []
+        for row in self._read("read expired leases", lambda c: list(c.execute(select_expired))):
+            job = row_to_job(row)
+            try:
+                written = self._write("reap an expired lease", lambda c: self._reap_one(c, job, now))  # noqa: B023
+            except StorageRowError as error:
+                self._skipped.failed(job.id, "reap an expired lease", error)
+                continue
+            if written is not None:
+                self._skipped.succeeded(job.id)
+                reaped.append(written)
         return reaped
 
     #: Whether :meth:`_reap_rows` is one statement (run as its own transaction where allowed).
@@ -79,7 +106,14 @@ class SqlMaintenance(SqlReads):
         now = ensure_utc(now, "now")
         if limit < 1:
             return []
-        return self._write("reap expired leases", lambda c: self._reap_rows(c, now, limit), single=self._reap_rows_single)
+        if not self._skipped.ids():
+            try:
+                return self._write(
+                    "reap expired leases", lambda c: self._reap_rows(c, now, limit), single=self._reap_rows_single
+                )
+            except StorageRowError:
+                pass  # one row refused: the others go through, one by one
+        return self._reap_row_by_row(now, limit)
 
     def retry_dead(self, job_id: int, *, now: datetime) -> Job:
         """Manual retry: a dead or cancelled job back to ``queued`` with attempts 0 and no

@@ -42,8 +42,8 @@ from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
-from tether.domain.errors import LeaseLost, StorageUnavailable
-from tether.domain.job import Job, JobStatus, lease_order_key
+from tether.domain.errors import LeaseLost, StorageRowError, StorageUnavailable
+from tether.domain.job import Job, JobStatus, lease_order_key, listed_order_key
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_seconds, validate_worker_id
 
@@ -55,21 +55,29 @@ COMPLETED_OR_CANCELLED = "CASE WHEN j.cancel_requested_at IS NULL THEN 'complete
 class PgLeases(PgConnections):
     """``lease``, ``complete_many`` (through :meth:`_complete_rows`) and ``complete_and_lease`` on PostgreSQL."""
 
-    def _lease_parts(self, shape: str) -> tuple[str, str]:
+    def _lease_parts(self, shape: str, skip: bool = False) -> tuple[str, str]:
         """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
         :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
         due rows of the queue filter ``shape`` (all, one, many) in lease order, skipping rows other
-        workers hold locked) and the UPDATE that leases them, each under ``md5(p_secret || id)``,
+        workers hold locked; ``listed``: the best of each listed queue in turn, each queue's rows
+        read from the partial lease index and no row locked past the limit) and the UPDATE that leases them, each under ``md5(p_secret || id)``,
         returning :data:`JOB_COLUMNS`."""
         table = self._qualified_table
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
-        queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
+        queue_filter = {"all": "", "one": " AND queue = %(p_queue)s", "listed": " AND queue = q.name",
                         "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
+        if skip:  # only while rows that failed alone are left out (see .row_faults)
+            queue_filter += " AND id <> ALL(CAST(%(p_skip)s AS bigint[]))"
         chosen = (
             f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
             f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
             "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED"
         )
+        if shape == "listed":  # queue by queue in the order listed, each through the partial lease index
+            chosen = (
+                "SELECT c.id FROM unnest(CAST(%(p_queues)s AS text[])) WITH ORDINALITY AS q(name, pos) "
+                f"CROSS JOIN LATERAL ({chosen}) AS c LIMIT %(p_limit)s"
+            )
         update = (
             f"UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
             "lease_token = md5(%(p_secret)s || CAST(j.id AS text)), leased_by = %(p_worker)s, "
@@ -78,17 +86,18 @@ class PgLeases(PgConnections):
         )
         return chosen, update
 
-    def _lease_sql(self, shape: str) -> str:
+    def _lease_sql(self, shape: str, skip: bool = False) -> str:
         """The lease statement (:meth:`_lease_parts`) for a queue filter of ``shape``."""
-        key = ("lease_sql", shape)
+        key = ("lease_sql", shape, skip)
         sql = self._statements.get(key)
         if sql is None:
-            chosen, update = self._lease_parts(shape)
+            chosen, update = self._lease_parts(shape, skip)
             sql = self._statements[key] = f"WITH chosen AS ({chosen}) {update}"
         return sql
 
     def lease(
-        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1
+        self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
+        listed_order: bool = False,
     ) -> list[Job]:
         """As the base class, in one statement (:meth:`_lease_sql`) sent straight on a pooled psycopg
         connection (:mod:`.pg_driver`): the lease is on the path from a job's publish to its
@@ -98,25 +107,39 @@ class PgLeases(PgConnections):
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         if limit < 1 or (queues is not None and not queues):
             return []
-        sql = self._lease_sql(self._queue_shape(queues))
+        shape = self._listed_shape(queues, listed_order)
+        skip = self._skipped.ids()
+        sql = self._lease_sql(shape, bool(skip))
+        order = listed_order_key(queues) if shape == "listed" else lease_order_key
         base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        if skip:
+            base["p_skip"] = skip
         for attempt in range(self.retry_attempts):
             secret = secrets.token_hex(16)
             try:
                 rows = self._driver_once("lease jobs", sql, {**base, "p_secret": secret})
+            except StorageRowError:  # one row refused: the others go through, one by one
+                return self._lease_row_by_row(
+                    queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
+                    listed=shape == "listed",
+                )
             except _UnknownOutcome:
                 recovered = self._read(
                     "check an interrupted lease",
                     lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
                 )
                 if recovered:
-                    return sorted((row_to_job(r) for r in recovered), key=lease_order_key)
+                    return sorted((row_to_job(r) for r in recovered), key=order)
                 if attempt + 1 < self.retry_attempts:
                     self._sleep(attempt)
                 continue
-            return sorted((job_from_tuple(r) for r in rows), key=lease_order_key)
+            return sorted((job_from_tuple(r) for r in rows), key=order)
         # never "no job" because the store kept failing (the contract of lease)
         raise StorageUnavailable(f"{self.safe_url}: could not lease jobs: the connection kept failing")
+
+    def _listed_shape(self, queues: Sequence[str] | None, listed_order: bool) -> str:
+        """The queue filter's shape, ``listed`` for a listed-order lease of several queues."""
+        return "listed" if listed_order and queues is not None and len(queues) > 1 else self._queue_shape(queues)
 
     def _rows_leased_under(
         self, conn: Connection, secret: str, worker_id: str, now: datetime, lease_timeout: float
@@ -196,6 +219,7 @@ class PgLeases(PgConnections):
         worker_id: str,
         lease_timeout: float,
         limit: int,
+        listed_order: bool = False,
     ) -> tuple[list[Job | LeaseLost], list[Job]]:
         """The fenced completions of ``items`` and a lease of up to ``limit`` jobs in **one**
         statement (one round trip, one commit): see :meth:`_complete_and_lease_sql`.
@@ -209,13 +233,17 @@ class PgLeases(PgConnections):
         fresh secret; else LeaseLost).  Raises StorageUnavailable past the retries.
         """
         now = ensure_utc(now, "now")
-        if not items or limit < 1 or (queues is not None and not queues):
+        if not items or limit < 1 or (queues is not None and not queues) or self._skipped.ids():
+            # (while rows that failed alone are left out, the lease is a statement of its own)
             return super().complete_and_lease(
-                items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit
+                items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit,
+                listed_order=listed_order,
             )
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
-        sql = self._complete_and_lease_sql(self._queue_shape(queues))
+        shape = self._listed_shape(queues, listed_order)
+        order = listed_order_key(queues) if shape == "listed" else lease_order_key
+        sql = self._complete_and_lease_sql(shape)
         batch = [(int(job_id), str(token)) for job_id, token in items]
         base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
         done: dict[tuple[int, str], Job | LeaseLost] = {}
@@ -225,6 +253,16 @@ class PgLeases(PgConnections):
             try:
                 # raw rows on the driver, mapped by position: no per-statement SQLAlchemy overhead
                 rows = self._driver_once("complete and lease jobs", sql, params)
+            except StorageRowError:
+                # A row refused (a trigger, a constraint), not the connection: the completions
+                # alone (raising StorageRowError again if one of theirs is the bad row, for the
+                # caller to write them one by one), then the lease, which leaves the bad row out.
+                done.update(zip(batch, self.complete_many(batch, now=now)))
+                jobs = self.lease(
+                    queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
+                    listed_order=listed_order,
+                )
+                return [done[(int(i), str(t))] for i, t in items], jobs
             except _UnknownOutcome:
                 leased = self._read(
                     "check an interrupted lease",
@@ -236,7 +274,7 @@ class PgLeases(PgConnections):
                     if attempt + 1 < self.retry_attempts:
                         self._sleep(attempt)
                     continue
-                jobs = sorted((row_to_job(r) for r in leased), key=lease_order_key)
+                jobs = sorted((row_to_job(r) for r in leased), key=order)
                 return [done[(int(i), str(t))] for i, t in items], jobs
             jobs = []
             for row in rows:
@@ -247,7 +285,7 @@ class PgLeases(PgConnections):
             for key in batch:
                 if key not in done:
                     done[key] = LeaseLost(*key)
-            return [done[(int(i), str(t))] for i, t in items], sorted(jobs, key=lease_order_key)
+            return [done[(int(i), str(t))] for i, t in items], sorted(jobs, key=order)
         raise StorageUnavailable(f"{self.safe_url}: could not complete and lease jobs: the connection kept failing")
 
 

@@ -44,6 +44,7 @@ from tether.adapters.sqlalchemy.leases import SqlLeases
 from tether.adapters.sqlalchemy.maintenance import SqlMaintenance
 from tether.adapters.sqlalchemy.overview import SqlOverview
 from tether.adapters.sqlalchemy.reads import SqlReads
+from tether.adapters.sqlalchemy.row_faults import SkippedRows
 from tether.adapters.sqlalchemy.schedules import SqlSchedules
 from tether.adapters.sqlalchemy.schema import build_jobs_table, build_schedules_table, build_workers_table, status_is
 from tether.adapters.sqlalchemy.worker_registry import SqlWorkerRegistry
@@ -98,6 +99,7 @@ class SqlAlchemyJobRepository(
         self.schedules_table = build_schedules_table(self.metadata)
         self._serial = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
+        self._skipped = SkippedRows()  # jobs whose rows failed a batch alone, left out of batches for a while
         self._closed = False
 
     def __repr__(self) -> str:

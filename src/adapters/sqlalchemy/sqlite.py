@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -232,16 +232,17 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         )
 
     def _lease_rows(
-        self, conn: Connection, *, queues: Any, worker_id: str, now: Any, lease_timeout: float, limit: int
+        self, conn: Connection, *, queues: Any, worker_id: str, now: Any, lease_timeout: float, limit: int,
+        skip: Sequence[int] = (),
     ) -> list[Row[Any]]:
         shape = self._queue_shape(queues)
-        stmt = self._statements.get(("lease", shape))
+        stmt = self._statements.get(("lease", shape, bool(skip)))
         if stmt is None:
             t = self.table
             chosen = (
                 t.select()
                 .with_only_columns(t.c.id)
-                .where(*self._due_filter_params(shape))
+                .where(*self._due_filter_params(shape, skip=bool(skip)))
                 .order_by(*self._lease_order())
                 .limit(bindparam("p_limit", type_=Integer()))
                 .scalar_subquery()
@@ -252,8 +253,11 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
                 .values(**self._lease_values_params(func.tether_lease_token()))
                 .returning(*t.c)
             )
-            self._statements[("lease", shape)] = stmt
-        return list(conn.execute(stmt, self._lease_params(queues, worker_id, now, lease_timeout, limit)))
+            self._statements[("lease", shape, bool(skip))] = stmt
+        params = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        if skip:
+            params["p_skip"] = list(skip)
+        return list(conn.execute(stmt, params))
 
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT", "SqliteJobRepository", "create_sqlite_engine", "is_memory_url"]

@@ -31,7 +31,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 from tether.adapters.log_limits import RateLimitedLog
 from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
-from tether.domain.errors import StorageUnavailable, TetherError, ValidationError
+from tether.adapters.sqlalchemy.row_faults import SkippedRows
+from tether.domain.errors import StorageRowError, StorageUnavailable, TetherError, ValidationError
 
 log = logging.getLogger("tether.adapters.sqlalchemy")
 
@@ -84,6 +85,20 @@ def bound_connection() -> Connection | None:
     """The connection of the enclosing :func:`run_bound`, or None."""
     bound = _bound.get()
     return None if bound is None else bound[0]
+#: SQLSTATE classes (first two characters) and codes of errors a row causes, not the connection or
+#: the statement: data exceptions, constraints, triggered actions and data changes, routines
+#: (a user's trigger raising), PL/pgSQL's RAISE, data and index corruption.
+ROW_ERROR_CLASSES = frozenset({"09", "22", "23", "27", "2F", "38", "39", "44", "P0"})
+ROW_ERROR_CODES = frozenset({"XX001", "XX002"})
+
+
+def _row_caused(error: sa_exc.DBAPIError) -> bool:
+    """True for an error a row caused (see :data:`ROW_ERROR_CLASSES`; without a SQLSTATE, as on
+    SQLite: an integrity or data error, which a trigger's ``RAISE(ABORT, ...)`` is)."""
+    sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate[:2] in ROW_ERROR_CLASSES or sqlstate in ROW_ERROR_CODES
+    return isinstance(error, (sa_exc.IntegrityError, sa_exc.DataError))
 
 
 class SqlTransactions:
@@ -103,6 +118,7 @@ class SqlTransactions:
     _serial: AbstractContextManager[Any] | None
     #: Hot-path statements built once, run with parameters.
     _statements: dict[Any, Any]
+    _skipped: SkippedRows
     _closed: bool
 
     #: Attempts of an operation hit by a transient storage error before StorageUnavailable.
@@ -190,7 +206,13 @@ class SqlTransactions:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _translate(self, error: sa_exc.DBAPIError, doing: str) -> TetherError:
-        """A non-transient database error as a TetherError (the message never shows a password)."""
+        """A non-transient database error as a TetherError (the message never shows a password):
+        :class:`StorageRowError` when a row caused it (a constraint, a trigger's exception, bad
+        data), else StorageUnavailable."""
+        if _row_caused(error):
+            reason = str(getattr(error, "orig", None) or error).strip()
+            first = reason.splitlines()[0] if reason else type(error).__name__
+            return StorageRowError(f"{self.safe_url}: could not {doing}: a row was refused: {first}")
         return self._unavailable(error, doing)
 
     def _read(self, doing: str, work: Callable[[Connection], T]) -> T:

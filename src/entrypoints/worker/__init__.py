@@ -49,6 +49,13 @@ module that owns its thread and its state.  How one job passes between them:
    under the fence (``queued``, due now, the attempt given back; case C16).  A second signal or
    :meth:`WorkerPool.request_stop` ends the drain at once.
 
+**Supervision** (:mod:`.supervision`): every internal thread above (acquire, complete,
+heartbeat, maintenance, timeouts) outlives whatever an adapter or a hook raises, ``BaseException``
+subclasses such as ``asyncio.CancelledError`` included: each loop catches everything per pass, a
+loop that crashes anyway runs again after a backoff, and a thread that died all the same is
+started again by the pool's supervisor (from :meth:`WorkerPool.run`'s loop and after each
+heartbeat pass), or the pool stops with a clear error.
+
 What the parts share is :class:`~.held.HeldJobs`: the held jobs, their count, the stop flag and
 the pool's one lock over them, under which the stats count too (:mod:`.stats`).  A job costs the
 same locked sections and round trips as when the pool was one class.

@@ -20,6 +20,10 @@ submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
   (``complete_and_lease``: one round trip; :meth:`Acquirer.refill` gives the batcher its
   :class:`~tether.entrypoints.worker.completions.Refill`), and this loop waits while such a flush
   is pending or on the wire; it leases itself when the pool is starting or idle.
+- **Fairness across queues**: a pool serving several named queues rotates which one it asks
+  first, one lease query (its own or a refilling flush's) after another (:meth:`Acquirer.next_queues`,
+  ``listed_order=True``), so a backlog in one queue cannot starve the others; within a queue, and
+  for a pool on all queues, the strict lease order holds.
 - **Storage trouble** (``StorageUnavailable`` or any other error from the dispatcher) is logged
   at most about once a second and retried with a bounded exponential backoff
   (:data:`ACQUIRE_BACKOFF`).
@@ -29,9 +33,10 @@ submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -43,6 +48,7 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.worker.completions import CompletionBatcher, Refill
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.runner import Runner
+from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -60,6 +66,16 @@ LEASE_COALESCE_SECONDS = 0.002
 PREFETCH_HORIZON = 0.05
 
 
+def accepts_keyword(function: Callable[..., object], name: str) -> bool:
+    """True when ``function`` takes the keyword ``name`` (or any keyword): a port method of an
+    adapter written against an older port may lack a newer optional parameter."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 class Acquirer:
     """The ``tether-acquire`` thread of a pool (see the module docstring).
 
@@ -72,6 +88,7 @@ class Acquirer:
         prefetch: most jobs leased ahead of the free slots (0-1024).
         ratelog: the pool's rate-limited log.
         release_unstarted: hands back a job leased while shutdown began; never raises.
+        spawn: builds the thread (``spawn(name, loop, stopped=...)``; the pool's supervisor).
     """
 
     def __init__(
@@ -90,6 +107,7 @@ class Acquirer:
         prefetch: int,
         ratelog: RateLimitedLog,
         release_unstarted: Callable[[Job], None],
+        spawn: Callable[..., SupervisedThread] = SupervisedThread,
     ) -> None:
         self._held = held
         self._lock = held.lock
@@ -107,7 +125,10 @@ class Acquirer:
         self._release_unstarted = release_unstarted
         self._reserved = 0  # jobs a lease query on the wire may return (this loop or a refilling flush)
         self._lease_batch = max(1, runner.slots // 2)  # free slots worth a lease query at once
-        self._thread = threading.Thread(target=self._run, name="tether-acquire", daemon=True)
+        self._thread = spawn("tether-acquire", self._run, stopped=held.stopping.is_set)
+        self._turn = itertools.count()  # which queue goes first in the next lease query
+        self._rotates = queues is not None and len(queues) > 1
+        self._acquire_listed = self._rotates and accepts_keyword(dispatcher.acquire, "listed_order")
 
     def start(self) -> None:
         """Start the thread (a daemon)."""
@@ -121,8 +142,7 @@ class Acquirer:
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the thread to end (after :meth:`interrupt`)."""
-        if self._thread.ident is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     def free(self, completing: int = 0) -> int:
         """Jobs a lease query may ask for now (under the pool's lock): free slots plus the
@@ -148,11 +168,21 @@ class Acquirer:
         leases_from = getattr(self._dispatcher, "leases_from", None)  # a third-party dispatcher may lack it
         if leases_from is None or not leases_from(self._repository):
             return None
+        rotate = self._rotates and accepts_keyword(self._repository.complete_and_lease, "listed_order")
         return Refill(
             queues=self._queues, worker_id=self._worker_id, lease_timeout=self._lease_timeout,
             reserve=self._reserve_refill, deliver=self._deliver_refill, idle=self._refill_idle,
-            handlers_busy=handlers_busy,
+            handlers_busy=handlers_busy, next_queues=self.next_queues if rotate else None,
         )
+
+    def next_queues(self) -> Sequence[str] | None:
+        """The pool's queues for the next lease query: rotated by one from the last query's when
+        it serves several named queues (so each goes first in turn), else as given."""
+        queues = self._queues
+        if not self._rotates or queues is None:
+            return queues
+        first = next(self._turn) % len(queues)
+        return [*queues[first:], *queues[:first]]
 
     def _run(self) -> None:
         stopping = self._held.stopping
@@ -179,14 +209,15 @@ class Acquirer:
             jobs: list[Job] = []
             try:
                 jobs = self._dispatcher.acquire(
-                    queues=self._queues,
+                    queues=self.next_queues(),
                     worker_id=self._worker_id,
                     limit=free,
                     lease_timeout=self._lease_timeout,
                     max_wait=self._max_wait,
+                    **({"listed_order": True} if self._acquire_listed else {}),
                 )
                 backoff = 0.0
-            except Exception as exc:  # noqa: BLE001 - the loop must survive any storage trouble
+            except BaseException as exc:  # noqa: BLE001 - the loop survives anything (asyncio.CancelledError too)
                 self._hand_out([], free)
                 backoff = min(max(backoff * 2, ACQUIRE_BACKOFF[0]), ACQUIRE_BACKOFF[1])
                 self._ratelog(
@@ -206,12 +237,17 @@ class Acquirer:
         unstarted."""
         entries: list[HeldJob] = []
         late: list[Job] = []
-        for job in jobs:
-            ctx = JobContext(
-                job, repository=self._repository, clock=self._clock, lease_timeout=self._lease_timeout,
-                worker_id=self._worker_id,
-            )
-            entries.append(HeldJob(job, ctx))
+        try:
+            for job in jobs:
+                ctx = JobContext(
+                    job, repository=self._repository, clock=self._clock, lease_timeout=self._lease_timeout,
+                    worker_id=self._worker_id,
+                )
+                entries.append(HeldJob(job, ctx))
+        except BaseException:
+            with self._lock:
+                self._reserved -= reserved  # given back whatever happens, so no room is lost for good
+            raise
         with self._lock:
             self._reserved -= reserved
             if self._held.stopping.is_set():
@@ -253,7 +289,7 @@ class Acquirer:
             if told is not None:
                 try:
                     told(jobs)
-                except Exception:  # noqa: BLE001 - a broker's bookkeeping never breaks the flusher
+                except BaseException:  # noqa: BLE001 - a broker's bookkeeping never breaks the flusher
                     self._ratelog("note-leases", logging.WARNING, "worker %s: the dispatcher failed to note %d lease(s)",
                                   self._worker_id, len(jobs), exc_info=True)
 

@@ -43,9 +43,10 @@ import time
 from collections.abc import Callable, Sequence
 
 import attrs
-from tether.domain.errors import StorageUnavailable
+from tether.domain.errors import StorageRowError, StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job
+from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
 from tether.ports.repository import JobRepository
 
@@ -75,6 +76,8 @@ class Refill:
             loop, which waits while a flush may refill, goes on then).
         handlers_busy: True while a handler of the pool is running or a job waits for a thread
             (read without locks; only steers when to flush).
+        next_queues: the queues of the next lease, listed in the order to prefer them (a pool
+            serving several named queues rotates them); None: ``queues`` in one lease order.
     """
 
     queues: Sequence[str] | None
@@ -84,6 +87,7 @@ class Refill:
     deliver: Callable[[list[Job], int], None]
     idle: Callable[[], None]
     handlers_busy: Callable[[], bool]
+    next_queues: Callable[[], Sequence[str] | None] | None = None
 
 
 class _Pending:
@@ -108,6 +112,7 @@ class CompletionBatcher:
             ``StorageUnavailable`` is sent again (its items whose ``give_up_at`` passed get the
             error instead).
         refill: lease the pool's next jobs with each flush (:class:`Refill`); None: never.
+        spawn: builds the flusher thread (``spawn(name, loop, stopped=...)``; the pool's supervisor).
 
     Call :meth:`start` before use and :meth:`close` at the end; after :meth:`close`,
     :meth:`complete` writes directly (one ``complete`` call in the caller's thread).
@@ -122,6 +127,7 @@ class CompletionBatcher:
         name: str = "tether-complete",
         retry_delays: tuple[float, float] = (0.05, 2.0),
         refill: Refill | None = None,
+        spawn: Callable[..., SupervisedThread] = SupervisedThread,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -135,7 +141,8 @@ class CompletionBatcher:
         self._cond = threading.Condition()
         self._pending: list[_Pending] = []
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._spawn = spawn
+        self._thread: SupervisedThread | None = None
         #: (flushes, items) written so far: items / flushes is the mean batch size.
         self.flushes = 0
         self.items = 0
@@ -167,7 +174,7 @@ class CompletionBatcher:
 
     def start(self) -> None:
         """Start the flusher thread (a daemon)."""
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread = self._spawn(self._name, self._run, stopped=lambda: self._closed)
         self._thread.start()
 
     def submit(self, job_id: int, token: str, done: Done, *, give_up_at: float = 0.0) -> bool:
@@ -217,7 +224,7 @@ class CompletionBatcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is not None:
             self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -232,6 +239,8 @@ class CompletionBatcher:
                         self._cond.release()  # never call the pool under our lock
                         try:
                             self._refill.idle()
+                        except BaseException:
+                            logger.exception("the completion flusher's idle callback raised")
                         finally:
                             self._cond.acquire()
                 while not self._pending and not retry and not self._closed:
@@ -240,7 +249,7 @@ class CompletionBatcher:
                     return
                 if self._refill is not None and not retry:  # let the threads' completions gather
                     ends = time.monotonic() + REFILL_COALESCE_SECONDS
-                    while len(self._pending) < self._max_batch and not self._closed and self._refill.handlers_busy():
+                    while len(self._pending) < self._max_batch and not self._closed and self._busy():
                         remaining = ends - time.monotonic()
                         if remaining <= 0:
                             break
@@ -256,22 +265,36 @@ class CompletionBatcher:
             else:
                 delay = self._retry_delays[0]
 
+    def _busy(self) -> bool:
+        try:
+            return self._refill is not None and self._refill.handlers_busy()
+        except BaseException:  # noqa: BLE001 - unknown: flush now
+            return False
+
     def _flush(self, batch: list[_Pending]) -> list[_Pending]:
-        """Write ``batch``; answer every item, except those to send again (returned)."""
+        """Write ``batch``; answer every item, except those to send again (returned).  Never
+        raises: whatever goes wrong, every item is answered or returned."""
         refill = self._refill
-        reserved = refill.reserve(len(batch)) if refill is not None else 0
+        reserved = 0
         jobs: list[Job] = []
         try:
+            reserved = refill.reserve(len(batch)) if refill is not None else 0
             items = [(p.job_id, p.token) for p in batch]
             if reserved > 0 and refill is not None:
+                rotate = refill.next_queues
                 results, jobs = self._repository.complete_and_lease(
-                    items, now=self._clock.now(), queues=refill.queues, worker_id=refill.worker_id,
-                    lease_timeout=refill.lease_timeout, limit=reserved,
+                    items, now=self._clock.now(), queues=refill.queues if rotate is None else rotate(),
+                    worker_id=refill.worker_id, lease_timeout=refill.lease_timeout, limit=reserved,
+                    **({} if rotate is None else {"listed_order": True}),
                 )
             else:
                 results = self._repository.complete_many(items, now=self._clock.now())
             if len(results) != len(batch):  # pragma: no cover - an adapter bug; never guess who landed
                 raise RuntimeError(f"complete_many answered {len(results)} results for {len(batch)} items")
+        except StorageRowError as exc:  # a row was refused: the others must not share its fate
+            if refill is not None and reserved:
+                refill.deliver([], reserved)
+            return self._one_by_one(batch, exc)
         except StorageUnavailable as exc:
             if refill is not None and reserved:
                 refill.deliver([], reserved)
@@ -297,6 +320,35 @@ class CompletionBatcher:
         if refill is not None and reserved:
             refill.deliver(jobs, reserved)
         return []
+
+    def _one_by_one(self, batch: list[_Pending], error: StorageRowError) -> list[_Pending]:
+        """``batch`` was refused because of a row: write each item alone, so each gets its own
+        answer (the bad one its error); items that meet ``StorageUnavailable`` are returned to be
+        sent again while their ``give_up_at`` allows.  Never raises."""
+        if len(batch) == 1:
+            self._answer(batch[0], error)
+            return []
+        logger.warning("completions of %d job(s) refused because of a row (%s); writing them one by one", len(batch),
+                       describe_failure(error, 500))
+        again: list[_Pending] = []
+        for p in batch:
+            result: Job | BaseException
+            try:
+                result = self._repository.complete_many([(p.job_id, p.token)], now=self._clock.now())[0]
+            except StorageRowError as exc:
+                result = exc
+            except StorageUnavailable as exc:
+                if time.monotonic() < p.give_up_at:
+                    again.append(p)
+                    continue
+                result = exc
+            except BaseException as exc:  # noqa: BLE001 - this item's caller gets the error
+                result = exc
+            if isinstance(result, Job):
+                self.items += 1
+            self._answer(p, result)
+        self.flushes += 1
+        return again
 
     @staticmethod
     def _answer(pending: _Pending, result: Job | BaseException) -> None:

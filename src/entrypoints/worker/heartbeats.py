@@ -25,6 +25,7 @@ from tether.domain.failure import describe_failure
 from tether.entrypoints.job_logs import job_fields
 from tether.entrypoints.worker.held import HeldJobs
 from tether.entrypoints.worker.stats import Counts
+from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
 from tether.ports.repository import JobRepository
 
@@ -57,7 +58,8 @@ class Heartbeats:
         lease_timeout: seconds each extended lease lasts from now.
         worker_id: for logs.
         ratelog: the pool's rate-limited log.
-        on_beat: called after each pass, on this thread (must not raise).
+        on_beat: called after each pass, on this thread (what it raises is logged).
+        spawn: builds the thread (``spawn(name, loop, stopped=...)``; the pool's supervisor).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Heartbeats:
         worker_id: str,
         ratelog: RateLimitedLog,
         on_beat: Callable[[], object] | None = None,
+        spawn: Callable[..., SupervisedThread] = SupervisedThread,
     ) -> None:
         self._held = held
         self._counts = counts
@@ -83,7 +86,7 @@ class Heartbeats:
         self._ratelog = ratelog
         self._on_beat = on_beat
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tether-heartbeat", daemon=True)
+        self._thread = spawn("tether-heartbeat", self._run, stopped=self._stop.is_set)
 
     def start(self) -> None:
         """Start the thread (a daemon); the first pass runs one ``interval`` from now."""
@@ -95,8 +98,7 @@ class Heartbeats:
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the thread to end."""
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     def beat_once(self) -> Beat:
         """Extend the lease of every job held now, one ``heartbeat`` call each; never raises."""
@@ -122,7 +124,7 @@ class Heartbeats:
                         "the handler's context is cancelled and its outcome will not be recorded",
                         self._worker_id, entry.job.id, extra=job_fields(entry.job, self._worker_id),
                     )
-                except Exception as exc:  # noqa: BLE001 - retry at the next beat
+                except BaseException as exc:  # noqa: BLE001 - retry at the next beat (asyncio.CancelledError too)
                     failed += 1
                     self._ratelog(
                         "heartbeat", logging.WARNING, "worker %s: heartbeat of job %s failed (%s); retrying next beat",
@@ -134,7 +136,11 @@ class Heartbeats:
         while not self._stop.wait(self._interval):
             self.beat_once()
             if self._on_beat is not None:
-                self._on_beat()
+                try:
+                    self._on_beat()
+                except BaseException:  # noqa: BLE001 - the next beat comes anyway
+                    self._ratelog("on-beat", logging.ERROR, "worker %s: the after-heartbeat pass failed",
+                                  self._worker_id, exc_info=True)
 
 
 __all__ = ["Beat", "Heartbeats"]

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from tether.adapters.log_limits import RateLimitedLog
-from tether.domain.errors import LeaseLost, StorageUnavailable
+from tether.domain.errors import LeaseLost, StorageRowError, StorageUnavailable
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus
 from tether.entrypoints.execution import Execution, Outcome, OutcomeWriter
@@ -60,7 +60,7 @@ def announce(dispatcher: Dispatcher, job: Job, ratelog: RateLimitedLog) -> None:
     Streams publishes it then) instead of at the next sweep; never raises."""
     try:
         dispatcher.notify([job])
-    except Exception:  # noqa: BLE001 - a lost notification costs latency, never the job
+    except BaseException:  # noqa: BLE001 - a lost notification costs latency, never the job
         ratelog("notify", logging.WARNING, "could not tell the dispatcher about %s job %d", job.status.value,
                 job.id, exc_info=True)
 
@@ -214,6 +214,10 @@ class Outcomes:
                     self._worker_id, what, job.id,
                 )
                 return None
+            except StorageRowError as exc:  # refused because of the row: sending it again fails again
+                logger.error("worker %s: %s of job %s refused by the store (%s); the reaper will take the job back",
+                             self._worker_id, what, job.id, describe_failure(exc, 500))
+                return None
             except StorageUnavailable as exc:
                 past_lease = expires is not None and self._clock.now() >= expires
                 if time.monotonic() >= deadline or past_lease:
@@ -226,7 +230,7 @@ class Outcomes:
                               self._worker_id, what, job.id, describe_failure(exc, 500))
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-            except Exception:  # e.g. a bug in an adapter: never kill the thread
+            except BaseException:
                 logger.exception("worker %s: %s of job %s failed; the reaper will take the job back",
                                  self._worker_id, what, job.id)
                 return None

@@ -40,6 +40,7 @@ from tether.entrypoints.worker.routing import RunnerByKind
 from tether.entrypoints.worker.runner import Runner, ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
 from tether.entrypoints.worker.stats import Counts, WorkerStats
+from tether.entrypoints.worker.supervision import Supervisor, survivable
 from tether.entrypoints.worker.ticker import PrepareTick, Ticker
 from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
@@ -157,20 +158,24 @@ class WorkerPool:
 
         install_filter()  # its log records about a job carry the job's fields (see tether.entrypoints.job_logs)
         self._observer = observer = combine(observers)
+        #: why the pool stopped on its own (a thread that could not be started again), or None
+        self.failure: str | None = None
         self._started = False
         self._stopped = False
         self._stop_lock = threading.Lock()
         self._ratelog = ratelog = RateLimitedLog(logger)
         self._held = held = HeldJobs()
         self._counts = counts = Counts(held.lock)
-        self._completions = completions = CompletionBatcher(repository, clock, name="tether-complete")
+        self._supervisor = supervisor = Supervisor(self.worker_id, give_up=self._give_up)
+        spawn = supervisor.thread
+        self._completions = completions = CompletionBatcher(repository, clock, name="tether-complete", spawn=spawn)
         outcomes = Outcomes(
             held=held, counts=counts, completions=completions, dispatcher=dispatcher, clock=clock,
             worker_id=self.worker_id, ratelog=ratelog, observer=observer,
         )
         self._timeouts = timeouts = Timeouts(
             held=held, counts=counts, outcomes=outcomes, handlers=handlers, repository=repository, clock=clock,
-            retry_policy=self.retry_policy, worker_id=self.worker_id,
+            retry_policy=self.retry_policy, worker_id=self.worker_id, spawn=spawn,
         )
         self._runner = runner = ThreadRunner(
             held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
@@ -195,7 +200,7 @@ class WorkerPool:
             held=held, runner=pool_runner, completions=completions, repository=repository, dispatcher=dispatcher,
             clock=clock, queues=self.queues, worker_id=self.worker_id, lease_timeout=self.lease_timeout,
             max_wait=self.max_wait, prefetch=self.prefetch, ratelog=ratelog,
-            release_unstarted=shutdown.release_unstarted,
+            release_unstarted=shutdown.release_unstarted, spawn=spawn,
         )
         # The acquirer waits for room: it is told whenever a job leaves a slot or the book, and,
         # with a dispatcher that leases from the repository, each completion flush leases for it.
@@ -203,7 +208,7 @@ class WorkerPool:
         refill = acquirer.refill(handlers_busy=pool_runner.busy)
         if refill is not None:
             completions.refill_with(refill)
-        self._presence = presence = Presence(
+        self._presence = Presence(
             registry=registry, clock=clock, worker_id=self.worker_id, queues=self.queues, handlers=handlers,
             concurrency=self.concurrency, heartbeat_interval=self.heartbeat_interval, dispatcher=dispatcher,
             ratelog=ratelog,
@@ -211,7 +216,7 @@ class WorkerPool:
         self._heartbeats = Heartbeats(
             held=held, counts=counts, repository=repository, clock=clock, interval=self.heartbeat_interval,
             lease_timeout=self.lease_timeout, worker_id=self.worker_id, ratelog=ratelog,
-            on_beat=presence.refresh_once,
+            on_beat=self._after_beat, spawn=spawn,
         )
         if schedule_store is not None and prepare_tick is None:
             raise ValidationError("prepare_tick", "is required with a schedule_store")
@@ -221,7 +226,7 @@ class WorkerPool:
             worker_id=self.worker_id, heartbeat_interval=self.heartbeat_interval, ratelog=ratelog,
         )
         self._maintenance = MaintenanceLoop(
-            Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval
+            Reaper(repository, clock, dispatcher), dispatcher, reap_interval=self.reap_interval, spawn=spawn
         )
 
     # -- public ------------------------------------------------------------------------------
@@ -344,6 +349,7 @@ class WorkerPool:
             self.start()
             while not shutdown.stop_requested.is_set() and not shutdown.signals:
                 time.sleep(RUN_POLL_SECONDS)
+                self._supervisor.check_once()
                 if stop_when_idle and self._idle():
                     logger.info("worker %s: no job left in its queues that it can run; stopping", self.worker_id)
                     break
@@ -364,6 +370,16 @@ class WorkerPool:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    def _after_beat(self) -> None:
+        """On the heartbeat thread after each pass: refresh the registry entry, look at the threads."""
+        self._presence.refresh_once()
+        self._supervisor.check_once()
+
+    def _give_up(self, message: str) -> None:
+        """A thread of the pool is dead for good: stop (``message`` was logged)."""
+        self.failure = message
+        self._shutdown.request_stop()
+
     def _idle(self) -> bool:
         if self.in_flight:  # cheap check first: counting jobs can cost a scan of the store
             return False
@@ -379,7 +395,9 @@ class WorkerPool:
             # a periodic tick's job enqueued ahead, not due yet, is no work to wait for
             if queued and queued > self._ticker.waiting_ticks(queues=self.queues, job_types=job_types):
                 return False
-        except Exception:  # noqa: BLE001 - unknown means not idle
+        except BaseException as exc:
+            if not survivable(exc):
+                raise
             self._ratelog("idle", logging.WARNING, "worker %s: could not count jobs", self.worker_id, exc_info=True)
             return False
         return self.in_flight == 0

@@ -109,7 +109,7 @@ class Presence:
         with self._lock:
             try:
                 self._started_at = self._clock.now()
-            except Exception as exc:  # noqa: BLE001 - a clock that fails now is tried again at the refresh
+            except BaseException as exc:  # noqa: BLE001 - a clock that fails now is tried again at the refresh
                 self._failed("record", exc)
                 return False
         return self.refresh_once()
@@ -130,14 +130,14 @@ class Presence:
                 entry = self._entry(now)
                 self._registry.record_worker(entry)
                 self.entry = entry
-            except Exception as exc:  # noqa: BLE001 - information only: retried at the next refresh
+            except BaseException as exc:  # noqa: BLE001 - information only: retried at the next refresh
                 self._failed("refresh", exc)
                 return False
             if time.monotonic() >= self._next_prune:
                 self._next_prune = time.monotonic() + PRUNE_EVERY.total_seconds()
                 try:
                     pruned = self._registry.prune_workers(older_than=now - PRUNE_AFTER)
-                except Exception as exc:  # noqa: BLE001
+                except BaseException as exc:  # noqa: BLE001
                     self._failed("prune", exc)
                 else:
                     if pruned:
@@ -154,7 +154,7 @@ class Presence:
             self._withdrawn = True
             try:
                 return self._registry.remove_worker(self._worker_id)
-            except Exception as exc:  # noqa: BLE001 - the entry turns gone, then is pruned
+            except BaseException as exc:  # noqa: BLE001 - the entry turns gone, then is pruned
                 self._failed("remove", exc)
                 return False
 

@@ -33,6 +33,7 @@ from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.outcomes import announce
 from tether.entrypoints.worker.runner import Runner
 from tether.entrypoints.worker.stats import Counts
+from tether.entrypoints.worker.supervision import survivable
 from tether.entrypoints.worker.timeouts import Timeouts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -170,7 +171,9 @@ class Shutdown:
                     self._counts.count("lease_lost")
                     logger.warning("worker %s: release of job %s refused: lease already lost", self._worker_id, entry.job.id)
                     return
-                except Exception:  # the reaper takes it back at lease expiry
+                except BaseException as exc:
+                    if not survivable(exc):
+                        raise
                     logger.exception(
                         "worker %s: could not release job %s; the reaper will take it back when its lease expires",
                         self._worker_id, entry.job.id,
@@ -196,7 +199,9 @@ class Shutdown:
             released = self._repository.release(job.id, job.lease_token, now=self._clock.now())
         except LeaseLost:
             self._counts.count("lease_lost")
-        except Exception:
+        except BaseException as exc:
+            if not survivable(exc):
+                raise
             logger.exception("worker %s: could not release unstarted job %s; the reaper will take it back",
                              self._worker_id, job.id)
         else:

@@ -42,7 +42,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import attrs
@@ -54,6 +54,7 @@ from tether.entrypoints.job_logs import job_fields, job_scope
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.stats import Counts
+from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
 from tether.ports.repository import JobRepository
 
@@ -105,6 +106,7 @@ class Timeouts:
         handlers: job type -> :class:`HandlerSpec` (for the ``on_failure`` hook).
         repository, clock, retry_policy: where, when, and with which backoff failures are written.
         worker_id: for logs and error texts.
+        spawn: builds the watchdog thread (``spawn(name, loop, stopped=...)``; the pool's supervisor).
 
     Attributes:
         slots: the runner told of each timeout; the pool sets it after building the runner.
@@ -121,6 +123,7 @@ class Timeouts:
         clock: Clock,
         retry_policy: RetryPolicy,
         worker_id: str,
+        spawn: Callable[..., SupervisedThread] = SupervisedThread,
     ) -> None:
         self.slots: Slots | None = None
         self._held = held
@@ -135,7 +138,8 @@ class Timeouts:
         self._watched: list[HeldJob] = []
         self._stop = threading.Event()
         self._start_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._thread: SupervisedThread | None = None
+        self._spawn = spawn
 
     # -- from the handler threads ------------------------------------------------------------
     def watch(self, entry: HeldJob, timeout: float) -> None:
@@ -161,7 +165,7 @@ class Timeouts:
         try:
             with job_scope(entry.job, self._worker_id):
                 return self._write_timeout(entry, lost)
-        except Exception:  # never break the caller (the watchdog, shutdown, a handler thread)
+        except BaseException:  # never break the caller (the watchdog, shutdown, a handler thread)
             logger.exception("worker %s: could not write the timeout of job %s; the reaper will take it back",
                              self._worker_id, entry.job.id, extra=job_fields(entry.job, self._worker_id))
             return True
@@ -250,14 +254,14 @@ class Timeouts:
     def _start(self) -> None:
         with self._start_lock:
             if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._run, name="tether-timeouts", daemon=True)
+                self._thread = self._spawn("tether-timeouts", self._run, stopped=self._stop.is_set)
                 self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(TIMEOUT_CHECK_SECONDS):
             try:
                 self.check_once()
-            except Exception:  # the watchdog must survive anything
+            except BaseException:
                 logger.exception("worker %s: timeout check failed", self._worker_id)
 
     def stop(self) -> None:
@@ -268,7 +272,7 @@ class Timeouts:
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the watchdog thread to end."""
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None:
             thread.join(timeout)
 
 

@@ -46,6 +46,47 @@ class LeaseContract(ContractSupport):
         assert repository.get(b.id).status is JobStatus.QUEUED
         assert [j.id for j in repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)] == [b.id]
 
+    def test_lease_of_several_queues_keeps_one_global_order_by_default(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        a = [self.add(repository, clock, queue="a").id for _ in range(3)]
+        clock.advance(1)
+        b = [self.add(repository, clock, queue="b", priority=p).id for p in (0, 5)]
+        got = repository.lease(queues=["b", "a"], worker_id="w", now=clock.now(), lease_timeout=60, limit=4)
+        assert [j.id for j in got] == [b[1], a[0], a[1], a[2]]  # priority, then the older jobs of a
+
+    def test_lease_in_listed_order_takes_the_queues_in_turn(self, repository: JobRepository, clock: FakeClock) -> None:
+        a = [self.add(repository, clock, queue="a", priority=p).id for p in (0, 9, 0)]
+        clock.advance(1)
+        b = [self.add(repository, clock, queue="b", priority=p).id for p in (0, 1)]
+        c = self.add(repository, clock, queue="c").id
+        now = clock.now()
+        first = repository.lease(queues=["b", "a"], worker_id="w", now=now, lease_timeout=60, limit=3, listed_order=True)
+        assert [j.id for j in first] == [b[1], b[0], a[1]]  # all of b in lease order, then the best of a
+        second = repository.lease(queues=["b", "a"], worker_id="w", now=now, lease_timeout=60, limit=5, listed_order=True)
+        assert [j.id for j in second] == [a[0], a[2]]
+        assert repository.get(c).status is JobStatus.QUEUED  # not listed: untouched
+        # one queue, or all queues: the flag changes nothing
+        d = [self.add(repository, clock, queue="c", priority=p).id for p in (0, 3)]
+        now = clock.now()
+        alone = repository.lease(queues=["c"], worker_id="w", now=now, lease_timeout=60, limit=1, listed_order=True)
+        assert [j.id for j in alone] == [d[1]]
+        rest = repository.lease(queues=None, worker_id="w", now=now, lease_timeout=60, limit=5, listed_order=True)
+        assert [j.id for j in rest] == [c, d[0]]
+
+    def test_complete_and_lease_in_listed_order(self, repository: JobRepository, clock: FakeClock) -> None:
+        z = self.add(repository, clock, queue="z")
+        held = repository.lease(queues=["z"], worker_id="w", now=clock.now(), lease_timeout=60)[0]
+        a = [self.add(repository, clock, queue="a", priority=9).id for _ in range(2)]
+        b = [self.add(repository, clock, queue="b").id for _ in range(2)]
+        results, leased = repository.complete_and_lease(
+            [(held.id, self.token_of(held))], now=clock.now(), queues=["b", "a"], worker_id="w", lease_timeout=60,
+            limit=3, listed_order=True,
+        )
+        assert [getattr(r, "status", r) for r in results] == [JobStatus.COMPLETED]
+        assert held.id == z.id
+        assert [j.id for j in leased] == [b[0], b[1], a[0]]
+
     def test_c21_lease_order_priority_desc_scheduled_asc_id_asc(self, repository: JobRepository, clock: FakeClock) -> None:
         # C21: (priority, scheduled_at, id) = (0, t-10, 1), (10, t-1, 2), (10, t-5, 4), (10, t-5, 3), (10, t+60, 5)
         t = clock.now()
