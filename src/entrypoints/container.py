@@ -131,7 +131,11 @@ def listening_dispatcher(repository: JobRepository, clock: Clock, *, poll_interv
         raise ConfigurationError(f"listen: {type(repository).__name__} cannot NOTIFY; LISTEN/NOTIFY needs PostgreSQL")
     channel = enable()
     args, params = engine.dialect.create_connect_args(engine.url)
-    params = {**params, "autocommit": True, "application_name": "tether-listen"}
+    # A bounded connect, and a dead network noticed within about 30 s (the listener's SELECT 1
+    # every 15 s would otherwise wait for TCP's own retransmission timeout, minutes).
+    params = {**params, "autocommit": True, "application_name": "tether-listen", "connect_timeout": 10,
+              "keepalives": 1, "keepalives_idle": 15, "keepalives_interval": 5, "keepalives_count": 3,
+              "tcp_user_timeout": 30_000}
 
     def connect() -> Any:
         import psycopg

@@ -102,7 +102,7 @@ class PgListener:
                 backoff = MIN_BACKOFF
                 self._call(self.on_connected)
                 self._listen(conn)
-            except psycopg.Error as error:
+            except (psycopg.Error, OSError) as error:
                 self._listening.clear()
                 if self._stop.is_set():
                     break
