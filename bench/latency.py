@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/latency.py                                   # every backend x dispatcher
     .venv/bin/python bench/latency.py --backend sqlite --dispatcher redis --jobs 300 --interval 0.02
+    .venv/bin/python bench/latency.py --backend postgres --dispatcher listen   # PostgreSQL LISTEN/NOTIFY, no Redis
     .venv/bin/python bench/latency.py --peers                           # + raw Redis floor and every peer (peerbench)
 
 The workload is peerbench's ``w2`` (../shared/peerbench/README.md), measured the same way: one
@@ -12,6 +13,8 @@ on one machine.  Prints p50/p95/p99/max in milliseconds per (backend, dispatcher
 
 The worker runs in a separate process (as in peerbench) for SQLite and PostgreSQL, so the polling
 dispatcher gets no in-process wake-up and finds the job at its next poll (``--poll-interval``).
+``--dispatcher listen`` (PostgreSQL only) builds both apps with ``listen=True``: the enqueue
+notifies, and the idle worker is woken through ``LISTEN``.
 The memory repository cannot be shared between processes, so ``memory`` runs producer and worker
 in one process: there polling is woken at once by the in-process notify, which flatters it.
 
@@ -49,10 +52,12 @@ WARMUP_BASE = 10_000_000
 
 
 # -- the worker side -----------------------------------------------------------------------------
-def make_app(db_url: str, schema: str | None, redis_url: str | None, prefix: str, poll_interval: float) -> Any:
+def make_app(
+    db_url: str, schema: str | None, redis_url: str | None, prefix: str, poll_interval: float, listen: bool = False
+) -> Any:
     import tether
 
-    options: dict[str, Any] = {"poll_interval": poll_interval}
+    options: dict[str, Any] = {"poll_interval": poll_interval, "listen": listen}
     if redis_url:
         options["redis_options"] = {"prefix": prefix}
     return tether.connect(db_url, redis_url=redis_url, schema=schema, **options)
@@ -68,7 +73,7 @@ def attach_marker(app: Any, marks_path: str) -> None:
 
 
 def worker_main(args: argparse.Namespace) -> None:
-    app = make_app(args.db_url, args.schema, args.redis_url, args.prefix, args.poll_interval)
+    app = make_app(args.db_url, args.schema, args.redis_url, args.prefix, args.poll_interval, args.listen)
     attach_marker(app, args.marks)
     pool = app.worker(concurrency=1, max_wait=1.0, reap_interval=60.0)
     try:
@@ -117,12 +122,13 @@ USED_PREFIXES: list[str] = []
 
 def measure(args: argparse.Namespace, backend_name: str, dispatcher: str, folder: str) -> dict[str, Any]:
     redis_url = args.redis_url if dispatcher == "redis" else None
+    listen = dispatcher == "listen"
     prefix = f"tether-lat-{uuid.uuid4().hex[:8]}"
     USED_PREFIXES.append(prefix)
     marks_path = os.path.join(folder, f"marks-{uuid.uuid4().hex[:6]}")
     result: dict[str, Any] = {"backend": backend_name, "dispatcher": dispatcher, "jobs": args.jobs}
     db_url, schema = backend(backend_name, folder)
-    app = make_app(db_url, schema, redis_url, prefix, args.poll_interval)
+    app = make_app(db_url, schema, redis_url, prefix, args.poll_interval, listen)
     proc: subprocess.Popen[bytes] | None = None
     pool = None
     try:
@@ -139,6 +145,8 @@ def measure(args: argparse.Namespace, backend_name: str, dispatcher: str, folder
                 cmd += ["--schema", schema]
             if redis_url:
                 cmd += ["--redis-url", redis_url]
+            if listen:
+                cmd += ["--listen"]
             proc = subprocess.Popen(cmd, start_new_session=True)
         warm = [WARMUP_BASE + i for i in range(3)]
         for i in warm:
@@ -253,7 +261,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--role", choices=["driver", "worker"], default="driver")
     p.add_argument("--backend", nargs="+", choices=["memory", "sqlite", "postgres"], default=["memory", "sqlite", "postgres"])
-    p.add_argument("--dispatcher", nargs="+", choices=["polling", "redis"], default=["polling", "redis"])
+    p.add_argument("--dispatcher", nargs="+", choices=["polling", "redis", "listen"], default=["polling", "redis", "listen"],
+                   help="listen: PostgreSQL LISTEN/NOTIFY without Redis (PostgreSQL only)")
     p.add_argument("--jobs", type=int, default=300)
     p.add_argument("--interval", type=float, default=0.02, help="seconds between two enqueues")
     p.add_argument("--poll-interval", type=float, default=1.0, help="polling dispatcher's longest idle wait (s)")
@@ -272,6 +281,7 @@ def main() -> None:
     p.add_argument("--schema")
     p.add_argument("--marks")
     p.add_argument("--prefix", default="tether-lat")
+    p.add_argument("--listen", action="store_true", help="worker role: connect with listen=True")
     args = p.parse_args()
     if args.role == "worker":
         worker_main(args)
@@ -286,6 +296,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tether-lat-") as folder:
         for backend_name in [] if args.skip_tether else args.backend:
             for dispatcher in args.dispatcher:
+                if dispatcher == "listen" and backend_name != "postgres":
+                    continue  # LISTEN/NOTIFY is PostgreSQL's
                 try:
                     row = measure(args, backend_name, dispatcher, folder)
                 except Exception as exc:  # noqa: BLE001 - report and go on with the next combination

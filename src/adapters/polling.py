@@ -73,8 +73,12 @@ class PollingDispatcher(Dispatcher):
 
     def notify(self, jobs: Sequence[Job]) -> None:
         """Wake every waiting acquirer of this process and reset their idle backoff.  Never raises."""
-        if not jobs:
-            return
+        if jobs:
+            self.work_arrived()
+
+    def work_arrived(self) -> None:
+        """Wake every waiting acquirer of this process to query now, and reset their idle backoff
+        (what :meth:`notify` does; also called by wake-up sources such as PostgreSQL ``LISTEN``)."""
         with self._cond:
             self._notified += 1
             self._idle_delay.clear()

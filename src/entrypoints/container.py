@@ -10,8 +10,10 @@
 - ``repository`` -- chosen by the database URL: ``memory://`` ->
   :class:`~tether.adapters.memory.InMemoryJobRepository`; ``sqlite:///...`` and
   ``postgresql+psycopg://...`` -> :func:`tether.adapters.sqlalchemy.open_repository`;
-- ``dispatcher`` -- ``redis_url`` set -> :class:`~tether.adapters.redis_streams.RedisStreamsDispatcher`,
-  else :class:`~tether.adapters.polling.PollingDispatcher`;
+- ``dispatcher`` -- ``redis_url`` set -> :class:`~tether.adapters.redis_streams.RedisStreamsDispatcher`;
+  else ``listen`` on (PostgreSQL) -> :class:`~tether.adapters.pg_notify.ListeningDispatcher` (polling,
+  woken through ``LISTEN``; the repository's writes ``NOTIFY``); else
+  :class:`~tether.adapters.polling.PollingDispatcher`;
 - ``app`` -- the :class:`~tether.entrypoints.service.Tether` over those three.
 
 Each provider is a singleton per container, so one container holds one repository (one connection
@@ -80,9 +82,11 @@ def database_clock(repository: JobRepository) -> Clock:
     return DatabaseClock.from_url(engine.url)
 
 
-def dispatcher_kind(redis_url: str | None) -> str:
-    """``"redis"`` when a Redis URL is given, else ``"polling"``."""
-    return "polling" if check_redis_url(redis_url) is None else "redis"
+def dispatcher_kind(redis_url: str | None, listen: bool = False) -> str:
+    """``"redis"`` when a Redis URL is given, else ``"listen"`` when ``listen`` is on, else ``"polling"``."""
+    if check_redis_url(redis_url) is not None:
+        return "redis"
+    return "listen" if listen else "polling"
 
 
 def open_sql_repository(
@@ -109,6 +113,38 @@ def polling_dispatcher(repository: JobRepository, clock: Clock, *, poll_interval
     from tether.adapters.polling import PollingDispatcher
 
     return PollingDispatcher(repository, clock, poll_interval=poll_interval)
+
+
+def listening_dispatcher(repository: JobRepository, clock: Clock, *, poll_interval: float = 1.0) -> Dispatcher:
+    """A :class:`~tether.adapters.pg_notify.ListeningDispatcher`: polling every ``poll_interval``
+    seconds at most, woken through ``LISTEN`` on a psycopg connection of its own to the repository's
+    database; turns on the repository's ``NOTIFY`` (``enable_wakeups``).
+
+    Raises:
+        ConfigurationError: ``repository`` is not the PostgreSQL one.
+    """
+    from tether.adapters.pg_notify import ListeningDispatcher
+    from tether.adapters.polling import PollingDispatcher
+
+    enable = getattr(repository, "enable_wakeups", None)
+    engine = getattr(repository, "engine", None)
+    if enable is None or engine is None:
+        raise ConfigurationError(f"listen: {type(repository).__name__} cannot NOTIFY; LISTEN/NOTIFY needs PostgreSQL")
+    channel = enable()
+    args, params = engine.dialect.create_connect_args(engine.url)
+    # A bounded connect, and a dead network noticed within about 30 s (the listener's SELECT 1
+    # every 15 s would otherwise wait for TCP's own retransmission timeout, minutes).
+    params = {**params, "autocommit": True, "application_name": "tether-listen", "connect_timeout": 10,
+              "keepalives": 1, "keepalives_idle": 15, "keepalives_interval": 5, "keepalives_count": 3,
+              "tcp_user_timeout": 30_000}
+
+    def connect() -> Any:
+        import psycopg
+
+        return psycopg.connect(*args, **params)
+
+    polling = PollingDispatcher(repository, clock, poll_interval=poll_interval)
+    return ListeningDispatcher(polling, clock, connect, channel)
 
 
 def redis_dispatcher(
@@ -151,7 +187,7 @@ class Container(containers.DeclarativeContainer):
     """Providers of the clock, repository, dispatcher and app for one Tether process.
 
     Configuration keys (``container.config.from_dict(...)``): ``database_url``, ``redis_url``,
-    ``schema``, ``pool_size``, ``create``, ``poll_interval``, ``redis`` (dict of extra
+    ``schema``, ``pool_size``, ``create``, ``poll_interval``, ``listen`` (PostgreSQL LISTEN/NOTIFY), ``redis`` (dict of extra
     RedisStreamsDispatcher options) and ``app`` (dict of extra Tether options such as
     ``max_payload_bytes``, ``default_queue``, ``default_max_attempts``).
     """
@@ -179,8 +215,9 @@ class Container(containers.DeclarativeContainer):
     )
 
     dispatcher = providers.Selector(
-        providers.Callable(dispatcher_kind, config.redis_url),
+        providers.Callable(dispatcher_kind, config.redis_url, config.listen),
         polling=providers.Singleton(polling_dispatcher, repository, clock, poll_interval=config.poll_interval),
+        listen=providers.Singleton(listening_dispatcher, repository, clock, poll_interval=config.poll_interval),
         redis=providers.Singleton(redis_dispatcher, repository, clock, config.redis_url, config.redis),
     )
 
@@ -205,7 +242,7 @@ def _check_redis_options(options: dict[str, Any]) -> None:
         )
 
 
-_CONNECT_OPTIONS = ("clock", "retry_policy", "poll_interval", "pool_size", "create", "redis_options") + _APP_OPTIONS
+_CONNECT_OPTIONS = ("clock", "retry_policy", "poll_interval", "listen", "pool_size", "create", "redis_options") + _APP_OPTIONS
 
 
 #: The largest ``pool_size`` accepted (connections per repository; PostgreSQL's own default
@@ -219,6 +256,7 @@ def build_container(
     redis_url: str | None = None,
     schema: str | None = None,
     poll_interval: float = 1.0,
+    listen: bool = False,
     pool_size: int | None = None,
     create: bool = True,
     clock: Clock | None = None,
@@ -253,6 +291,7 @@ def build_container(
             "pool_size": pool_size,
             "create": create,
             "poll_interval": poll_interval,
+            "listen": listen,
             "redis": dict(redis_options or {}),
         }
     )
@@ -271,6 +310,7 @@ def from_settings(settings: Settings, **options: Any) -> Tether:
     """The :class:`Tether` app described by ``settings`` (database, Redis URL, prefix and cluster
     switch, schema, poll interval, payload limit); ``options`` as for :func:`connect` (``clock``, ``retry_policy``, ...)."""
     options.setdefault("poll_interval", settings.poll_interval)
+    options.setdefault("listen", settings.listen)
     options.setdefault("max_payload_bytes", settings.max_payload_bytes)
     if settings.redis_url is not None:
         options["redis_options"] = {
@@ -296,7 +336,9 @@ def connect(
             empty ``TETHER_*`` variable does (:func:`~tether.entrypoints.settings.unset_if_blank`).
         options: ``clock`` (a Clock, e.g. FakeClock; default: the database server's clock on
             PostgreSQL, the system clock otherwise), ``retry_policy`` (RetryPolicy),
-            ``poll_interval`` (seconds), ``pool_size`` (connections), ``create`` (create the
+            ``poll_interval`` (seconds), ``listen`` (True: on PostgreSQL without Redis, wake idle
+            workers through LISTEN/NOTIFY, polling kept as the safety net; producers and workers
+            must both set it), ``pool_size`` (connections), ``create`` (create the
             tables if missing; default True), ``redis_options`` (dict of RedisStreamsDispatcher
             keywords), ``max_payload_bytes``, ``default_queue``, ``default_max_attempts``.
 
@@ -305,6 +347,7 @@ def connect(
 
     Raises:
         InvalidSetting: a bad ``database_url``, ``redis_url``, ``schema``, ``poll_interval``,
+            ``listen`` (on with a store other than PostgreSQL, or with ``redis_url``),
             ``pool_size`` (an int from 1 to 1,000; the memory store ignores it) or
             ``max_payload_bytes``, named as the argument (``database_url: unsupported URL
             'mysql://x' ...``; passwords hidden); ConfigurationError: an unknown option;
@@ -319,6 +362,7 @@ def connect(
             redis_url=unset_if_blank(redis_url),
             schema=unset_if_blank(schema),
             poll_interval=options.pop("poll_interval", 1.0),
+            listen=options.pop("listen", False),
             max_payload_bytes=options.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES),
         )
     except InvalidSetting as error:  # name the argument the caller passed, not a flag or variable
@@ -329,6 +373,7 @@ def connect(
         redis_url=settings.redis_url,
         schema=settings.schema,
         poll_interval=settings.poll_interval,
+        listen=settings.listen,
         app_options=app_options,
         **options,
     )
@@ -346,7 +391,7 @@ def connect_from_env(*, environ: Mapping[str, str] | None = None, **options: Any
     """Open the :class:`Tether` application the ``TETHER_*`` variables describe, read exactly as
     the ``tether`` command reads them (``tether.connect_from_env``): ``TETHER_DATABASE_URL``
     (default ``sqlite:///tether.db``), ``TETHER_REDIS_URL``, ``TETHER_REDIS_PREFIX``,
-    ``TETHER_REDIS_CLUSTER``, ``TETHER_SCHEMA``, ``TETHER_POLL_INTERVAL`` and
+    ``TETHER_REDIS_CLUSTER``, ``TETHER_SCHEMA``, ``TETHER_POLL_INTERVAL``, ``TETHER_LISTEN`` and
     ``TETHER_MAX_PAYLOAD_BYTES``; a variable set but empty counts as unset.  So a module that
     builds its app this way and the CLI always agree on the store and the streams.
 
@@ -372,6 +417,7 @@ __all__ = [
     "database_kind",
     "dispatcher_kind",
     "from_settings",
+    "listening_dispatcher",
     "redact_url",
     "repository_kind",
 ]

@@ -20,6 +20,7 @@ async_concurrency     ``--async-concurrency``    TETHER_ASYNC_CONC...    100 asy
 prefetch              ``--prefetch``             TETHER_PREFETCH         concurrency (jobs)
 queues                ``--queue`` (repeatable)   TETHER_QUEUES (comma)   all queues
 poll_interval         ``--poll-interval``        TETHER_POLL_INTERVAL    1.0 s
+listen                (``connect(listen=)``)     TETHER_LISTEN           off (poll only)
 lease_timeout         ``--lease-timeout``        TETHER_LEASE_TIMEOUT    60 s
 heartbeat_interval    ``--heartbeat-interval``   TETHER_HEARTBEAT_...    lease_timeout / 6
 reap_interval         ``--reap-interval``        TETHER_REAP_INTERVAL    15 s
@@ -96,7 +97,7 @@ class InvalidSetting(ConfigurationError):
 
 
 #: Settings with no command-line flag (set them in ``tether.connect(...)`` or the environment).
-NO_FLAG = frozenset({"poll_interval"})
+NO_FLAG = frozenset({"poll_interval", "listen"})
 
 
 def unset_if_blank(value: Any) -> Any:
@@ -272,6 +273,11 @@ def _redis_cluster(instance: object, attribute: attrs.Attribute, value: Any) -> 
         raise InvalidSetting("redis_cluster", f"must be true or false, got {value!r}")
 
 
+def _listen(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if not isinstance(value, bool):
+        raise InvalidSetting("listen", f"must be true or false, got {value!r}")
+
+
 def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is None:
         return
@@ -334,6 +340,9 @@ class Settings:
             ``concurrency``), only while handlers are short (see :class:`tether.WorkerPool`).
         queues: the queues a worker leases from; None for all.
         poll_interval: longest idle wait between polls, in seconds (> 0).
+        listen: on PostgreSQL without Redis, wake idle workers through ``LISTEN``/``NOTIFY``
+            (enqueues, retries, snoozes and releases notify in their own transaction; polling
+            stays on as the safety net).  Needs a PostgreSQL ``database_url`` and no ``redis_url``.
         lease_timeout: how long a lease lasts without a heartbeat, in seconds (> 0).
         heartbeat_interval: seconds between lease heartbeats (< lease_timeout); None for lease_timeout / 6.
         reap_interval: seconds between reaper passes (> 0).
@@ -361,6 +370,7 @@ class Settings:
     prefetch: int | None = attrs.field(default=None, validator=attrs.validators.optional(_int_between(0, MAX_CONCURRENCY)))
     queues: tuple[str, ...] | None = attrs.field(default=None, converter=_to_queues, validator=_queues)
     poll_interval: float = attrs.field(default=1.0, validator=_seconds())
+    listen: bool = attrs.field(default=False, validator=_listen)
     lease_timeout: float = attrs.field(default=DEFAULT_LEASE_TIMEOUT, validator=_seconds())
     heartbeat_interval: float | None = attrs.field(default=None, validator=_seconds(optional=True))
     reap_interval: float = attrs.field(default=DEFAULT_REAP_INTERVAL, validator=_seconds())
@@ -375,6 +385,10 @@ class Settings:
     def __attrs_post_init__(self) -> None:
         if self.redis_cluster and self.redis_url is None:
             raise InvalidSetting("redis_cluster", "is on, but no redis_url names a node of the cluster")
+        if self.listen and self.redis_url is not None:
+            raise InvalidSetting("listen", "is on, but redis_url is set: Redis Streams already wakes workers; use one of them")
+        if self.listen and database_kind(self.database_url) != "postgresql":
+            raise InvalidSetting("listen", "needs a PostgreSQL database_url (LISTEN/NOTIFY is PostgreSQL's)")
         if self.heartbeat_interval is not None and self.heartbeat_interval >= self.lease_timeout:
             raise InvalidSetting(
                 "heartbeat_interval",
@@ -388,8 +402,10 @@ class Settings:
 
     @property
     def dispatcher_kind(self) -> str:
-        """``"redis"`` when :attr:`redis_url` is set, else ``"polling"``."""
-        return "polling" if self.redis_url is None else "redis"
+        """``"redis"`` when :attr:`redis_url` is set, ``"listen"`` when :attr:`listen` is on, else ``"polling"``."""
+        if self.redis_url is not None:
+            return "redis"
+        return "listen" if self.listen else "polling"
 
     @property
     def safe_database_url(self) -> str:

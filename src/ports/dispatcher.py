@@ -19,7 +19,7 @@ from tether.ports.repository import JobRepository
 class Dispatcher(Protocol):
     """Hands leased jobs to workers.
 
-    A dispatcher may name how it works in a ``kind`` class attribute (``"polling"``, ``"redis"``):
+    A dispatcher may name how it works in a ``kind`` class attribute (``"polling"``, ``"listen"``, ``"redis"``):
     worker pools record it in the worker registry (else their dispatcher's class name).
 
     A dispatcher whose :meth:`notify` does no I/O (only wakes threads of this process) says so

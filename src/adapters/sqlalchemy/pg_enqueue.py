@@ -11,6 +11,8 @@
   send their shared fields once and the payloads as one JSON array, and get the new ids back as
   one array; any other batch sends ``json_to_recordset(:rows)``, with ``ON CONFLICT DO NOTHING``
   when some row has a key (the jobs are built from the requests; only existing keys are read back).
+- With wake-ups enabled, each of them also sends ``pg_notify`` in its own statement or
+  transaction (:mod:`.pg_wakeups`); with them off the statements are unchanged.
 - A large bulk enqueue refreshes the planner's statistics (``ANALYZE``), so the lease query keeps
   using the lease-order index on a freshly loaded queue.
 """
@@ -30,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 from tether.adapters.sqlalchemy import pg_bulk
 from tether.adapters.sqlalchemy.enqueue import unknown_enqueue_error
 from tether.adapters.sqlalchemy.mapping import inserted_job
-from tether.adapters.sqlalchemy.pg_connections import PgConnections
+from tether.adapters.sqlalchemy.pg_wakeups import PgWakeups, notifying_insert
 from tether.adapters.sqlalchemy.schema import KEYED_PREDICATE
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome, bound_connection
 from tether.domain.errors import StorageUnavailable, TetherError
@@ -45,7 +47,7 @@ ANALYZE_AFTER_ROWS = 1_000
 ANALYZE_MIN_INTERVAL = 10.0
 
 
-class PgEnqueue(PgConnections):
+class PgEnqueue(PgWakeups):
     """``enqueue`` and ``enqueue_many`` on PostgreSQL (the shared rules of :mod:`.enqueue`, PostgreSQL's statements)."""
 
     def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
@@ -73,13 +75,18 @@ class PgEnqueue(PgConnections):
                 "max_attempts, scheduled_at, created_at, headers) VALUES (%s, %s, %s, %s, 'queued', 0, %s, %s, %s, %s) "
                 "RETURNING id"
             )
-        params = (new_job.job_type, new_job.queue, new_job.payload_json, new_job.priority, new_job.max_attempts,
-                  new_job.scheduled_at, now, new_job.headers_json)
+        params: tuple[Any, ...] = (new_job.job_type, new_job.queue, new_job.payload_json, new_job.priority,
+                                   new_job.max_attempts, new_job.scheduled_at, now, new_job.headers_json)
+        if self.wakeup_channel is not None:  # the same insert, notifying in its own statement
+            sql = self._statements.get("insert_driver_notify")
+            if sql is None:
+                sql = self._statements["insert_driver_notify"] = notifying_insert(self._statements["insert_driver"])
+            params = (*params, self.wakeup_channel)
         if bound is not None:  # the async API: the same statement on its bound connection
             job_id = self._on_caller(bound, "enqueue a job", lambda c: c.exec_driver_sql(sql, params).scalar_one())
             return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
         try:
-            [(job_id,)] = self._driver_once("enqueue a job", sql, params)
+            [(job_id, *_)] = self._driver_once("enqueue a job", sql, params)
         except _UnknownOutcome as unknown:
             raise unknown_enqueue_error(self.safe_url) from unknown.cause
         return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
@@ -116,6 +123,13 @@ class PgEnqueue(PgConnections):
         except TetherError as error:
             log.warning("%s: could not ANALYZE the jobs table: %s", self.safe_url, error)
 
+    def _insert_one(self, conn: Connection, new_job: NewJob, now: datetime) -> EnqueueResult:
+        """As the base class, then (wake-ups on) a notification for a job it created, in the same transaction."""
+        result = super()._insert_one(conn, new_job, now)
+        if self.wakeup_channel is not None and result.created:
+            self._send_wakeups(conn, [result.job])
+        return result
+
     def _insert_ignoring_key_conflicts(self) -> Any:
         return pg_insert(self.table).on_conflict_do_nothing(
             index_elements=[self.table.c.idempotency_key], index_where=text(KEYED_PREDICATE)
@@ -124,7 +138,14 @@ class PgEnqueue(PgConnections):
     def _insert_many(self, conn: Connection, new_jobs: Sequence[NewJob], now: datetime) -> list[EnqueueResult]:
         """A batch of alike jobs without keys (:func:`.pg_bulk.shared_fields`) is one "alike"
         statement whose only reply is the new ids; any other batch goes the base class's way
-        (:meth:`_insert_ids`, then existing keys read back)."""
+        (:meth:`_insert_ids`, then existing keys read back).  With wake-ups on, the batch then
+        notifies once per queue of the jobs it created, in the same transaction."""
+        results = self._insert_batch(conn, new_jobs, now)
+        if self.wakeup_channel is not None:
+            self._send_wakeups(conn, [result.job for result in results if result.created])
+        return results
+
+    def _insert_batch(self, conn: Connection, new_jobs: Sequence[NewJob], now: datetime) -> list[EnqueueResult]:
         shared = pg_bulk.shared_fields(new_jobs, now)
         if shared is None:
             return super()._insert_many(conn, new_jobs, now)
