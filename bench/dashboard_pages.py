@@ -12,7 +12,7 @@ then requested through Starlette's TestClient (routing, the guards, the reads an
 rendering; no network), the first request not counted.  The overview and the queues page render
 the live feed's shared snapshot (taken in the background once per period, whatever the number of
 pages open), so the snapshot's own cost is measured last, by itself, with the chart read every
-time.  A figure, not a test.
+time, and then the queue summaries alone (what ``/metrics`` reads on each scrape).  A figure, not a test.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def pages(jobs: int) -> list[str]:
         f"/jobs?find=key-{(middle // 100) * 100}",
         "/queues",
         "/workers",
+        "/schedules",
+        "/metrics",
     ]
 
 
@@ -108,6 +110,14 @@ def run(url: str, jobs: int, requests: int) -> dict[str, Any]:
             if n:
                 times.append((time.perf_counter() - t0) * 1000)
         results["(snapshot: totals, queues, chart, workers)"] = {
+            "p50_ms": round(percentile(times, 50), 1), "p99_ms": round(percentile(times, 99), 1)}
+        times = []
+        for n in range(requests + 1):
+            t0 = time.perf_counter()
+            app.queue_summaries()
+            if n:
+                times.append((time.perf_counter() - t0) * 1000)
+        results["(queue summaries: the live partial indexes)"] = {
             "p50_ms": round(percentile(times, 50), 1), "p99_ms": round(percentile(times, 99), 1)}
         return {"jobs": jobs, "requests_per_page": requests, "fill_seconds": round(fill_seconds, 1), "pages": results}
     finally:

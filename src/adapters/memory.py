@@ -33,7 +33,6 @@ from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
-from tether.domain.queue_summary import QueueSummary
 from tether.domain.schedules import ScheduleState
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import (
@@ -229,21 +228,6 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
                 if (queue is None or job.queue == queue) and (types is None or job.job_type in types):
                     counts[job.status] += 1
         return counts
-
-    def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
-        now = ensure_utc(now, "now")
-        counts: dict[str, dict[str, int]] = {}
-        oldest: dict[str, datetime] = {}
-        with self._lock:
-            for job in self._jobs.values():
-                if not (job.status.is_leasable or job.status is JobStatus.RUNNING):
-                    continue
-                per_status = counts.setdefault(job.queue, {})
-                per_status[job.status.value] = per_status.get(job.status.value, 0) + 1
-                if job.is_due(now) and (job.queue not in oldest or job.scheduled_at < oldest[job.queue]):
-                    oldest[job.queue] = job.scheduled_at
-        return [QueueSummary(queue, **per_status, oldest_due_at=oldest.get(queue))
-                for queue, per_status in sorted(counts.items())]
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
         """The first ``limit`` due jobs in lease order, read from the ready heaps best first

@@ -32,8 +32,8 @@ from typing import Any, Self, TypeVar, overload
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.lease import without_token
+from tether.domain.overview import QueueSummary
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
-from tether.domain.queue_summary import QueueSummary
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from tether.domain.schedules import Schedule
 from tether.domain.validation import (
@@ -57,6 +57,7 @@ from tether.entrypoints.worker.observers import JobObserver
 from tether.ports.async_access import AsyncAccess, ThreadedAsyncAccess
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
+from tether.ports.overview import queue_summaries_of
 from tether.ports.repository import JobRepository
 from tether.ports.schedule_store import ScheduleStore
 from tether.ports.worker_registry import WorkerRegistry
@@ -386,14 +387,15 @@ class Tether(JobControl, PeriodicSchedules, AsyncApi):
         return self.repository.count_by_status(queue=validate_queue(queue) if queue is not None else None)
 
     def queue_summaries(self) -> builtins.list[QueueSummary]:
-        """Each queue holding live jobs, by name: its ``queued``/``running``/``retrying`` counts
-        and its oldest due job's ``scheduled_at`` now (``summary.latency(now)`` in seconds).  One
-        cheap read; what ``tether.metrics.StoreCollector`` exports.
+        """Each queue holding live jobs, by name, now: its ``queued``/``retrying``/``running``
+        counts, how many are due, and its oldest due job (``summary.latency(now)``: seconds, None
+        when none is due).  One read of the live jobs (:func:`~tether.ports.overview.queue_summaries_of`);
+        what the dashboard's queues and ``tether.metrics.StoreCollector`` show.
 
         Raises:
             StorageUnavailable: the repository could not be reached.
         """
-        return self.repository.queue_summaries(now=self.clock.now())
+        return queue_summaries_of(self.repository, now=self.clock.now())
 
     def find_by_key(self, idempotency_key: str) -> Job | None:
         """The job holding this idempotency key, or None.  Raises ValidationError for a bad key."""

@@ -12,11 +12,16 @@ Nothing here is on the lease or completion path.  The rules each answer follows 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from tether.domain.overview import JobFilter, JobPage, QueueSummary, StatusTotals, Throughput
+from tether.domain.job import Job
+from tether.domain.overview import LIVE_STATUSES, JobFilter, JobPage, QueueSummary, StatusTotals, Throughput, summarize_queues
+from tether.ports.repository import JobRepository
+
+#: Jobs per ``list_jobs`` page when a store without this port is summarised.
+LIST_PAGE = 1000
 
 
 @runtime_checkable
@@ -49,7 +54,8 @@ class JobOverview(Protocol):
 
     def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
         """One summary per queue holding live jobs (queued, retrying, running), by queue name;
-        due means ``scheduled_at <= now`` (aware UTC).  Reads only live jobs.
+        due means ``scheduled_at <= now`` (aware UTC).  Reads only live jobs (SQL: through the
+        live partial indexes), cheap enough for every metrics scrape and every live snapshot.
 
         Raises:
             ValidationError: a naive ``now``.
@@ -69,4 +75,30 @@ class JobOverview(Protocol):
         ...
 
 
-__all__ = ["JobOverview"]
+def queue_summaries_of(repository: JobRepository, *, now: datetime) -> list[QueueSummary]:
+    """The queue summaries of any store at ``now`` (aware UTC): its own :meth:`JobOverview.queue_summaries`
+    when it has this port; otherwise its live jobs paged through ``list_jobs``
+    (:data:`LIST_PAGE` at a time; a job that changes status meanwhile may be counted under
+    either status) and summarised by :func:`~tether.domain.overview.summarize_queues`.
+
+    Raises:
+        ValidationError: a naive ``now``.
+        StorageUnavailable: the store could not be reached.
+    """
+    if isinstance(repository, JobOverview):
+        return repository.queue_summaries(now=now)
+    return summarize_queues(_live_jobs(repository), now=now)
+
+
+def _live_jobs(repository: JobRepository) -> Iterator[Job]:
+    for status in LIVE_STATUSES:
+        offset = 0
+        while True:
+            page = repository.list_jobs(status=status, limit=LIST_PAGE, offset=offset)
+            yield from page
+            if len(page) < LIST_PAGE:
+                break
+            offset += len(page)
+
+
+__all__ = ["LIST_PAGE", "JobOverview", "queue_summaries_of"]

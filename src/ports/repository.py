@@ -19,7 +19,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
-from tether.domain.queue_summary import QueueSummary
 
 
 @runtime_checkable
@@ -82,31 +81,6 @@ class JobRepository(Protocol):
         """How many jobs are in each status (every status present, zero included), of one queue
         (None: all) and of these job types (None: all; an empty list counts nothing)."""
         ...
-
-    def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
-        """One :class:`QueueSummary` per queue holding a ``queued``, ``running`` or ``retrying``
-        job, by queue name: its counts per live status and its oldest due job's ``scheduled_at``
-        at ``now``.  Cheap enough for every metrics scrape (SQL: one grouped read of the live rows).
-
-        This default pages through the live jobs with :meth:`list_jobs` (1,000 at a time; jobs
-        that change status meanwhile may be counted under either); Tether's adapters override it.
-        """
-        counts: dict[str, dict[str, int]] = {}
-        oldest: dict[str, datetime] = {}
-        for status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRYING):
-            offset = 0
-            while True:
-                page = self.list_jobs(status=status, limit=1000, offset=offset)
-                for job in page:
-                    per_status = counts.setdefault(job.queue, {})
-                    per_status[status.value] = per_status.get(status.value, 0) + 1
-                    if job.is_due(now) and (job.queue not in oldest or job.scheduled_at < oldest[job.queue]):
-                        oldest[job.queue] = job.scheduled_at
-                if len(page) < 1000:
-                    break
-                offset += len(page)
-        return [QueueSummary(queue, **per_status, oldest_due_at=oldest.get(queue))
-                for queue, per_status in sorted(counts.items())]
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
         """Up to ``limit`` queued/retrying jobs due at ``now``, in lease order, without leasing them

@@ -338,9 +338,9 @@ class JobModel:
             counts[job.status] += 1
         return counts
 
-    def queue_summaries(self, now: datetime) -> list[tuple[str, int, int, int, datetime | None]]:
-        """``(queue, queued, running, retrying, oldest due scheduled_at)`` of each queue holding a
-        live job, by name (what ``JobRepository.queue_summaries`` must report)."""
+    def queue_summaries(self, now: datetime) -> list[tuple[str, int, int, int, int, datetime | None]]:
+        """``(queue, queued, running, retrying, due, oldest due scheduled_at)`` of each queue holding
+        a live job, by name (what ``JobOverview.queue_summaries`` must report)."""
         live: dict[str, list[ModelJob]] = {}
         for job in self.jobs.values():
             if job.status in (QUEUED, RUNNING, RETRYING):
@@ -349,7 +349,7 @@ class JobModel:
         for queue, jobs in sorted(live.items()):
             due = [job.scheduled_at for job in jobs if job.due(now)]
             summaries.append((queue, sum(j.status == QUEUED for j in jobs), sum(j.status == RUNNING for j in jobs),
-                              sum(j.status == RETRYING for j in jobs), min(due) if due else None))
+                              sum(j.status == RETRYING for j in jobs), len(due), min(due) if due else None))
         return summaries
 
     def running(self) -> list[ModelJob]:

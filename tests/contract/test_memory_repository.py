@@ -21,16 +21,13 @@ class TestInMemoryJobRepository(RepositoryContract):
 
 
 class PortDefaultCounts(InMemoryJobRepository):
-    """The memory repository counting the jobs ahead and summarising its queues with the port's
-    defaults (a third-party store's)."""
+    """The memory repository counting the jobs ahead with the port's default (a third-party store's)."""
 
     count_due_ahead = JobRepository.count_due_ahead
-    queue_summaries = JobRepository.queue_summaries
 
 
 class TestPortDefaultCountDueAhead(ReadContract):
-    """The read contract, ``count_due_ahead`` and ``queue_summaries`` included, on the port's
-    default implementations."""
+    """The read contract, ``count_due_ahead`` included, on the port's default implementation."""
 
     @pytest.fixture
     def repository(self, clock: FakeClock) -> Iterator[InMemoryJobRepository]:

@@ -1,8 +1,8 @@
 """The dashboard in a real browser: Playwright driving Debian's Chromium against ``tether.web`` served by
 uvicorn over a PostgreSQL store, with a worker pool running in the same process.
 
-A person logs in, watches the counts change on their own while a worker runs, opens a job, retries
-a dead job by clicking through its confirmation, and is refused without credentials (401) and on a
+A person logs in, watches the counts change on their own while a worker runs, opens a job and
+reads its attempt history, retries a dead job by clicking through its confirmation, and is refused without credentials (401) and on a
 forged POST without its token (403), with nothing changed.  These tests never skip in CI: a missing
 Chromium or Playwright fails them when ``TETHER_REQUIRE_SERVICES=1`` (``.ci/run`` installs Chromium).
 
@@ -177,7 +177,15 @@ def test_open_a_dead_job_and_retry_it_by_clicking(browser: Any, server: str, app
     page.get_by_role("link", name=str(job_id), exact=True).click()
     expect(page.locator("h1")).to_contain_text(f"Job {job_id}")
     expect(page.locator("pre.payload")).to_contain_text("<script>alert('x')</script>")  # shown as text
-    expect(page.locator("pre.error")).to_contain_text("refused the message")
+    expect(page.locator("pre.error").first).to_contain_text("refused the message")
+    attempts = page.locator("ol.timeline li.attempt")  # the attempt history, oldest first
+    expect(attempts).to_have_count(1)
+    worker_id = app.get(job_id).history[0].worker_id
+    assert worker_id
+    expect(attempts.first).to_contain_text("attempt 1")
+    expect(attempts.first.locator(".status")).to_have_text("dead")
+    expect(attempts.first).to_contain_text(worker_id)
+    expect(attempts.first.locator("pre.error")).to_contain_text("<script>alert('x')</script>@example.com refused")
     shot(page, "dashboard-job", tmp_path)
     page.get_by_role("button", name="Retry").click()
     expect(page.locator("h1")).to_have_text(f"Retry job {job_id}?")

@@ -15,7 +15,7 @@ from tether.adapters.clock import FakeClock, SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.adapters.polling import PollingDispatcher
 from tether.domain.errors import PermanentError, StorageUnavailable, ValidationError
-from tether.domain.queue_summary import QueueSummary
+from tether.domain.overview import QueueSummary
 from tether.domain.retry import RetryPolicy
 from tether.domain.snooze import Snooze
 from tether.entrypoints.container import connect

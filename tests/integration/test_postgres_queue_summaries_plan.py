@@ -1,5 +1,6 @@
-"""The queue gauges' read on PostgreSQL (``queue_summaries``): one grouped statement over the live
-rows' partial indexes, never a scan of the finished history, however long it is."""
+"""The queue summaries on PostgreSQL (``JobOverview.queue_summaries``, read by the dashboard's
+snapshot and the metrics' queue gauges): one grouped statement over the live rows' partial
+indexes, never a scan of the finished history, however long it is."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_queue_summaries_read_the_live_rows_only(repo: PostgresJobRepository) ->
         summaries = repo.queue_summaries(now=now)
     finally:
         event.remove(repo.engine, "before_cursor_execute", grab)
-    assert [(s.queue, s.queued) for s in summaries] == [("a", 1500), ("b", 1500)]
+    assert [(s.queue, s.queued, s.due) for s in summaries] == [("a", 1500, 1500), ("b", 1500, 1500)]
     assert summaries[0].latency(now) == 3000.0 and summaries[1].latency(now) == 2999.0
     [(statement, parameters)] = captured
     with repo.engine.connect() as conn:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +15,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 from tether.domain.errors import ConfigurationError, JobNotFound, ValidationError
-from tether.domain.job import JobStatus
+from tether.domain.job import JobStatus, NewJob
+from tether.domain.schedules import ScheduleState, tick_key
 from tether.web import create_app
 
 from tests.web_support import PASSWORD, USER, client, dead_job, new_app, post, running_job, token_of
@@ -34,7 +37,7 @@ def test_create_app_refuses_to_build_an_open_dashboard() -> None:
         create_app(app, username="ops", password="pw", live_interval=0)
 
 
-@pytest.mark.parametrize("path", PAGES + ["/events", "/static/dashboard.css"])
+@pytest.mark.parametrize("path", PAGES + ["/events", "/static/dashboard.css", "/metrics"])
 def test_every_page_answers_401_without_the_right_credentials(path: str) -> None:
     app = new_app()
     app.enqueue("mail.send", {"n": 1})
@@ -175,13 +178,86 @@ def test_static_serves_the_stylesheet_and_the_script_only() -> None:
         assert c.get(other).status_code == 404, other
 
 
-def test_pages_for_what_this_tether_lacks_say_so() -> None:
-    app = new_app()
-    dead_job(app)
-    c = client(app)
-    assert "keeps no schedules" in c.get("/schedules").text
+def test_the_queue_page_says_pausing_is_not_available_yet() -> None:
+    c = client(new_app())
     assert "not available in this version" in c.get("/queues").text
-    assert "records no attempt history" in c.get("/jobs/1").text
+
+
+def test_the_job_page_shows_each_attempt_as_a_timeline_escaped() -> None:
+    app = new_app()
+    evil = "<script>alert('x')</script>"
+    job = app.enqueue("mail.send", {}, max_attempts=2).job
+    first = app.repository.lease_job(job.id, worker_id="w-first", now=app.clock.now(), lease_timeout=60)
+    assert first is not None and first.lease_token
+    app.repository.fail(job.id, first.lease_token, now=app.clock.now(), error=f"ValueError: {evil}", retry_at=app.clock.now())
+    second = app.repository.lease_job(job.id, worker_id="w-second", now=app.clock.now(), lease_timeout=60)
+    assert second is not None and second.lease_token
+    app.repository.fail(job.id, second.lease_token, now=app.clock.now(), error="KeyError: 'to'", retry_at=None)
+    c = client(app)
+    page = c.get(f"/jobs/{job.id}").text
+    timeline = page[page.index('<ol class="timeline">'):page.index("</ol>")]
+    items = timeline.split('<li class="attempt ')[1:]
+    assert [item.split('"')[0] for item in items] == ["outcome-failed", "outcome-dead"]  # oldest first
+    assert "attempt 1" in items[0] and "w-first" in items[0] and "ValueError: &lt;script&gt;" in items[0]
+    assert "attempt 2" in items[1] and "w-second" in items[1] and "KeyError: &#39;to&#39;" in items[1]
+    assert evil not in page and "UTC" in items[0]  # started and ended, in UTC
+    fresh = app.enqueue("mail.send", {}).job
+    assert "No attempt has ended yet." in c.get(f"/jobs/{fresh.id}").text
+
+
+def _declare(app: Any, name: str, **fields: Any) -> None:
+    now = app.clock.now()
+    state = ScheduleState(
+        name=name, job_type="mail.send", queue=fields.pop("queue", None), spec=fields.pop("spec", "every 60s"),
+        tz=fields.pop("tz", "UTC"), fingerprint="f" * 32, next_tick_at=now + timedelta(seconds=60),
+        declared_by="w-ticker", declared_at=now, declared_until=now + fields.pop("lapse", timedelta(minutes=1)),
+    )
+    app.repository.record_schedule(state, now=now)
+
+
+def test_the_schedules_page_lists_the_stored_schedules_with_their_last_job() -> None:
+    app = new_app()
+    c = client(app)
+    assert "No schedules are defined" in c.get("/schedules").text
+    _declare(app, "nightly.<b>report</b>", spec="cron 0 3 * * *", tz="Europe/Paris", queue="reports")
+    _declare(app, "every.minute", lapse=timedelta(seconds=-1))
+    tick = app.clock.now()
+    new_job = NewJob("mail.send", "default", "{}", 0, 3, tick, idempotency_key=tick_key("every.minute", tick))
+    result = app.repository.enqueue_tick("every.minute", new_job, now=tick, overlap=False)
+    assert result is not None
+    page = c.get("/schedules").text
+    rows = page[page.index("<tbody>"):page.index("</tbody>")].split("<tr>")[1:]
+    assert [row.split("</td>")[0] for row in rows] == ["<td>every.minute", "<td>nightly.&lt;b&gt;report&lt;/b&gt;"]
+    minute, nightly = rows
+    assert f'href="/jobs/{result.job.id}">{result.job.id}</a>' in minute and "status-queued" in minute
+    assert "lapsed since" in minute and "every 60s" in minute
+    assert "<code>cron 0 3 * * *</code>" in nightly and "Europe/Paris" in nightly and "reports" in nightly
+    assert ">live<" in nightly and "—" in nightly  # no tick yet
+
+
+def test_metrics_serves_the_store_wide_queue_gauges_behind_the_same_credentials() -> None:
+    app = new_app()
+    app.enqueue("mail.send", {}, queue="mail")
+    app.enqueue("mail.send", {}, queue="mail", delay=3600)
+    running_job(app)
+    c = client(app)
+    answer = c.get("/metrics")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
+    assert 'tether_queue_depth{queue="mail",status="queued"} 2.0' in answer.text
+    assert 'tether_queue_depth{queue="default",status="running"} 1.0' in answer.text
+    assert 'tether_queue_latency_seconds{queue="default"} 0.0' in answer.text  # nothing due waits there
+    assert "tether_queue_scrape_success 1.0" in answer.text
+    assert "python_gc" not in answer.text and "tether_jobs_completed_total" not in answer.text  # its own registry
+    c.auth = (USER, "wrong")
+    refused = c.get("/metrics")
+    assert refused.status_code == 401 and "tether_queue_depth" not in refused.text
+
+
+def test_metrics_is_a_404_naming_the_extra_without_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import prometheus_client now fails
+    answer = client(new_app()).get("/metrics")
+    assert answer.status_code == 404
+    assert "prometheus-client" in answer.text and "tether-jobs[prometheus]" in answer.text
 
 
 # -- actions ---------------------------------------------------------------------------------------

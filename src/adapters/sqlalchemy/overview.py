@@ -4,8 +4,10 @@ status, finished jobs per minute; every statement bounded whatever the table's s
 - A page with a live status reads that status's partial index (``status_is`` keeps the literal
   visible to the planner); any other page first finds the floor of its window of ids (an index-only
   walk of the primary key, at most ``window`` entries), then reads the id range above it.
-- Live counts group the rows of the leasable and running partial indexes only (or are the sums
-  of the queue summaries just read, so the dashboard reads its live rows once per snapshot).
+- Queue summaries (the dashboard's queues and the metrics' queue gauges) are one ``UNION ALL`` of
+  a grouped read under each live partial index's predicate, never a read of the finished rows;
+  live counts group the same indexes (or are the sums of the queue summaries just read, so the
+  dashboard reads its live rows once per snapshot).
 - Finished counts are exact on SQLite and on a small PostgreSQL table; above
   :attr:`SqlOverview.exact_count_below` rows PostgreSQL answers with the planner's estimate of each
   finished status (``EXPLAIN``, no scan), marked as such.
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Select, and_, case, func, literal, select, type_coerce
+from sqlalchemy import BigInteger, Select, and_, case, func, literal, null, select, type_coerce, union_all
 from sqlalchemy.engine import Connection
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.schema import UtcDateTime, status_is
@@ -113,6 +115,11 @@ class SqlOverview(SqlTransactions, JobOverview):
         return int(plan[0]["Plan"]["Plan Rows"])
 
     def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
+        """One statement over the live rows only: per queue and status, ``count(*)``, the due ones
+        (``sum`` of a ``CASE``) and the least due ``scheduled_at`` (a ``CASE`` inside ``min``), as
+        the ``UNION ALL`` of a grouped read under each live partial index's own predicate
+        (``queued``/``retrying``, ``running``), so the planner reads those indexes and never the
+        finished rows."""
         now = ensure_utc(now, "now")
         t = self.table
         is_due = t.c.scheduled_at <= now
@@ -127,18 +134,21 @@ class SqlOverview(SqlTransactions, JobOverview):
             .where(status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING))
             .group_by(t.c.queue, t.c.status)
         )
-        running = select(t.c.queue, func.count()).where(status_is(t.c.status, JobStatus.RUNNING)).group_by(t.c.queue)
+        running = (
+            select(t.c.queue, t.c.status, func.count(), literal(0), null())
+            .where(status_is(t.c.status, JobStatus.RUNNING))
+            .group_by(t.c.queue, t.c.status)
+        )
+        stmt = union_all(waiting, running)
 
         def read(conn: Connection) -> list[QueueSummary]:
             rows: dict[str, dict[str, Any]] = {}
-            for queue, status, n, due, oldest in conn.execute(waiting):
-                row = rows.setdefault(queue, {"queue": queue})
+            for queue, status, n, due, oldest in conn.execute(stmt):
+                row = rows.setdefault(queue, {"queue": queue, "due": 0, "oldest_due_at": None})
                 row[status] = int(n)
-                row["due"] = row.get("due", 0) + int(due or 0)
-                if oldest is not None and (row.get("oldest_due_at") is None or oldest < row["oldest_due_at"]):
+                row["due"] += int(due or 0)
+                if oldest is not None and (row["oldest_due_at"] is None or oldest < row["oldest_due_at"]):
                     row["oldest_due_at"] = oldest
-            for queue, n in conn.execute(running):
-                rows.setdefault(queue, {"queue": queue})["running"] = int(n)
             return [QueueSummary(**rows[name]) for name in sorted(rows)]
 
         return self._read("summarize queues", read)

@@ -7,14 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, literal, null, or_, select, union_all
+from sqlalchemy import and_, bindparam, func, literal, or_, select
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import SqlTransactions
 from tether.domain.errors import JobNotFound
 from tether.domain.job import Job, JobStatus
-from tether.domain.queue_summary import QueueSummary
 from tether.domain.timeutil import ensure_utc
 
 
@@ -72,33 +71,6 @@ class SqlReads(SqlTransactions):
         for status, n in self._read("count jobs", lambda c: list(c.execute(stmt))):
             counts[JobStatus(status)] = int(n)
         return counts
-
-    def queue_summaries(self, *, now: datetime) -> list[QueueSummary]:
-        """One statement over the live rows only: ``count(*)`` per queue and status, and the least
-        due ``scheduled_at`` (a ``CASE`` inside ``min``), as the ``UNION ALL`` of a grouped read
-        under each live partial index's own predicate (``queued``/``retrying``, ``running``), so
-        the planner reads those indexes and never the finished rows."""
-        now = ensure_utc(now, "now")
-        t = self.table
-        waiting = (
-            select(t.c.queue, t.c.status, func.count(), func.min(case((t.c.scheduled_at <= now, t.c.scheduled_at))))
-            .where(status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING))
-            .group_by(t.c.queue, t.c.status)
-        )
-        running = (
-            select(t.c.queue, t.c.status, func.count(), null().label("first_due"))
-            .where(status_is(t.c.status, JobStatus.RUNNING))
-            .group_by(t.c.queue, t.c.status)
-        )
-        stmt = union_all(waiting, running)
-        counts: dict[str, dict[str, int]] = {}
-        oldest: dict[str, datetime] = {}
-        for queue, status, n, first_due in self._read("summarise the queues", lambda c: list(c.execute(stmt))):
-            counts.setdefault(queue, {})[status] = int(n)
-            if first_due is not None and (queue not in oldest or first_due < oldest[queue]):
-                oldest[queue] = first_due
-        return [QueueSummary(queue, **per_status, oldest_due_at=oldest.get(queue))
-                for queue, per_status in sorted(counts.items())]
 
     def count_due_ahead(self, job: Job, *, now: datetime, limit: int) -> int:
         """Due jobs of ``job.queue`` before ``job`` in lease order, at most ``limit``: one

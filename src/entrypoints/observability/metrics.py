@@ -187,7 +187,7 @@ class StoreCollector(Collector):
         for summary in summaries:
             for status in ("queued", "running", "retrying"):
                 depth.add_metric([summary.queue, status], getattr(summary, status))
-            latency.add_metric([summary.queue], summary.latency(now))
+            latency.add_metric([summary.queue], summary.latency(now) or 0.0)  # 0 when nothing is due
         success.add_metric([], 1)
         yield from (depth, latency, success)
 

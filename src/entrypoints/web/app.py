@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from tether.domain.errors import ConfigurationError, InvalidTransition, JobNotFound, StorageUnavailable, ValidationError
 from tether.entrypoints.service import Tether
-from tether.entrypoints.web import actions, pages
+from tether.entrypoints.web import actions, pages, store_metrics
 from tether.entrypoints.web.dashboard import Dashboard, make_templates, seams_of
 from tether.entrypoints.web.live import DEFAULT_INTERVAL, LiveFeed
 from tether.entrypoints.web.security import Authorize, Forbidden, Guard, basic_authorizer
@@ -43,7 +43,8 @@ def create_app(
         live_interval: seconds between two live snapshots of the store (> 0).
 
     Routes: ``GET /``, ``/jobs`` (``?status=&queue=&job_type=&before=&limit=``, ``?find=``),
-    ``/jobs/{id}``, ``/queues``, ``/workers``, ``/schedules``, ``/purge``, ``/events``
+    ``/jobs/{id}``, ``/queues``, ``/workers``, ``/schedules``, ``/metrics`` (the store-wide
+    queue gauges for Prometheus; 404 without prometheus-client), ``/purge``, ``/events``
     (server-sent events), ``/static/...``; ``POST /jobs/{id}/retry``, ``/jobs/{id}/cancel``,
     ``/jobs/retry`` (selected jobs), ``/queues/{name}/pause``, ``/queues/{name}/resume``, ``/purge``.
 
@@ -68,7 +69,7 @@ def create_app(
         raise ValidationError("live_interval", f"must be a number of seconds above 0 and at most 3600, got {live_interval!r}")
     reader = StoreReader(app)
     dashboard = Dashboard(app, reader, LiveFeed(reader.snapshot, interval=float(live_interval)), make_templates(),
-                          read_only, **seams_of(app))
+                          read_only, metrics=store_metrics.gauges_registry(app), **seams_of(app))
     routes = [
         Route("/", pages.overview),
         Route("/jobs", pages.jobs),
@@ -81,6 +82,7 @@ def create_app(
         Route("/queues/{name}/resume", actions.resume_queue, methods=["POST"]),
         Route("/workers", pages.workers),
         Route("/schedules", pages.schedules),
+        Route("/metrics", store_metrics.metrics),
         Route("/purge", pages.purge_form, methods=["GET"]),
         Route("/purge", actions.purge, methods=["POST"]),
         Route("/events", pages.events),

@@ -1,23 +1,25 @@
 """The dashboard's state shared by its pages and actions: the app, its reader, the live feed, the
-templates and the switches; and the seams where features of other parts of Tether plug in
-(queue pausing, schedules, attempt history) once the app offers them."""
+templates and the switches, the registry ``/metrics`` serves; and the seam where queue pausing
+plugs in once the app offers it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
-from tether.domain.job import Job
 from tether.entrypoints.service import Tether
 from tether.entrypoints.web.live import LiveFeed
 from tether.entrypoints.web.security import CSRF_FIELD
 from tether.entrypoints.web.snapshot import StoreReader, format_seconds
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 HERE = Path(__file__).parent
 NAV = (
@@ -49,8 +51,8 @@ class Dashboard:
     Attributes:
         queue_control: ``(pause, resume)`` callables taking a queue name, when the app can pause
             queues (``app.pause_queue`` / ``app.resume_queue``); None: the queue actions answer 501.
-        schedules: a callable listing the app's schedules, when it keeps any
-            (``app.schedules``); None: the schedules page says none are defined.
+        metrics: the registry of the store-wide queue gauges ``/metrics`` serves; None when
+            prometheus-client is not installed (``/metrics`` answers 404 saying so).
     """
 
     app: Tether
@@ -59,17 +61,12 @@ class Dashboard:
     templates: Jinja2Templates
     read_only: bool
     queue_control: tuple[Callable[[str], Any], Callable[[str], Any]] | None = None
-    schedules: Callable[[], Any] | None = None
+    metrics: CollectorRegistry | None = None
 
     @staticmethod
     def base(request: Request) -> str:
         """The path the dashboard is mounted at ('' at the root)."""
         return str(request.scope.get("root_path", "")).rstrip("/")
-
-    def history_of(self, job: Job) -> Any:
-        """The job's attempt history when the app records one (``app.attempts(job_id)``), else None."""
-        attempts = getattr(self.app, "attempts", None)
-        return attempts(job.id) if callable(attempts) else None
 
     def render(self, request: Request, template: str, active: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
         """``template`` with the shared context: base path, navigation, user, CSRF token, read-only."""
@@ -99,11 +96,7 @@ def dashboard_of(request: Request) -> Dashboard:
 def seams_of(app: Tether) -> dict[str, Any]:
     """The optional features ``app`` offers, as :class:`Dashboard` takes them."""
     pause, resume = getattr(app, "pause_queue", None), getattr(app, "resume_queue", None)
-    listing = getattr(app, "schedules", None)
-    return {
-        "queue_control": (pause, resume) if callable(pause) and callable(resume) else None,
-        "schedules": listing if callable(listing) else None,
-    }
+    return {"queue_control": (pause, resume) if callable(pause) and callable(resume) else None}
 
 
 __all__ = ["Dashboard", "dashboard_of", "make_templates", "seams_of", "short_time"]

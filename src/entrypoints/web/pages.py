@@ -1,16 +1,16 @@
-"""The dashboard's pages (``GET``): overview, jobs, one job, queues, workers, schedules, the purge
-form, and the server-sent events stream.  Each reads through :class:`~.snapshot.StoreReader` and
+"""The dashboard's pages (``GET``): overview, jobs, one job with its attempt history, queues,
+workers, schedules, the purge form, and the server-sent events stream.  Each reads through :class:`~.snapshot.StoreReader` and
 renders a template; bad parameters are refused by :mod:`.params` (400)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response, StreamingResponse
+from tether.domain.history import HISTORY_LIMIT
 from tether.domain.job import RETRYABLE_STATUSES, JobStatus
 from tether.domain.validation import CANCELLABLE_STATUSES
 from tether.entrypoints.web.chart import throughput_svg
@@ -74,8 +74,7 @@ async def job_detail(request: Request) -> Response:
         job=job, payload=_pretty(job.payload_json), verdict=explanation.verdict,
         can_retry=job.status in RETRYABLE_STATUSES,
         can_cancel=job.status in CANCELLABLE_STATUSES and job.cancel_requested_at is None,
-        done=DONE.get(request.query_params.get("done", "")),
-        history=dash.history_of(job),
+        done=DONE.get(request.query_params.get("done", "")), history_limit=HISTORY_LIMIT,
     )
 
 
@@ -100,7 +99,7 @@ async def workers(request: Request) -> Response:
 
 async def schedules(request: Request) -> Response:
     dash = dashboard_of(request)
-    entries: Any = await run_in_threadpool(dash.schedules) if dash.schedules is not None else None
+    entries = await run_in_threadpool(dash.app.schedules) if dash.app.schedule_store is not None else None
     return dash.render(request, "schedules.html", "schedules", schedules=entries)
 
 

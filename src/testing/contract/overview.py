@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 from tether.adapters.clock import FakeClock
+from tether.domain.errors import ValidationError
 from tether.domain.job import Job, JobStatus
-from tether.domain.overview import JobFilter, browse, minute_of
+from tether.domain.overview import JobFilter, QueueSummary, browse, minute_of
 from tether.testing.contract.support import ContractSupport
 
 
@@ -142,6 +143,34 @@ class OverviewContract(ContractSupport):
         clock.advance(300)
         later = {s.queue: s for s in repository.queue_summaries(now=clock.now())}
         assert later["mail"].due == 4  # the retrying job is due now
+
+    def test_queue_summaries_follow_retries_and_finishes_and_refuse_a_naive_now(
+        self, repository: Any, clock: FakeClock
+    ) -> None:
+        t0 = clock.now()
+        a1 = self.add(repository, clock, queue="a")
+        clock.advance(10)
+        t10 = clock.now()
+        self.add(repository, clock, queue="a")
+        b1 = self.add(repository, clock, queue="b")
+        b1_leased = self.lease_one(repository, clock, queues=["b"])
+        assert b1_leased.id == b1.id
+        clock.advance(5)
+        assert repository.queue_summaries(now=clock.now()) == [
+            QueueSummary("a", queued=2, due=2, oldest_due_at=t0),
+            QueueSummary("b", running=1),
+        ]
+        leased = self.lease_one(repository, clock, queues=["a"])
+        assert leased.id == a1.id
+        repository.fail(a1.id, self._token(repository, a1.id), now=clock.now(), error="E",
+                        retry_at=clock.now() + timedelta(seconds=60))
+        summaries = repository.queue_summaries(now=clock.now())
+        assert summaries[0] == QueueSummary("a", queued=1, retrying=1, due=1, oldest_due_at=t10)  # the retry waits
+        assert summaries[0].latency(clock.now()) == 5.0 and summaries[1].latency(clock.now()) is None
+        repository.complete(b1.id, self._token(repository, b1.id), now=clock.now())
+        assert [s.queue for s in repository.queue_summaries(now=clock.now())] == ["a"]  # b holds no live job
+        with pytest.raises(ValidationError, match="now"):
+            repository.queue_summaries(now=clock.now().replace(tzinfo=None))
 
     def test_finished_jobs_are_counted_per_minute_up_to_a_row_limit(self, repository: Any, clock: FakeClock) -> None:
         since = minute_of(clock.now())

@@ -11,7 +11,6 @@ import pytest
 from tether.adapters.clock import FakeClock
 from tether.domain.errors import JobNotFound, ValidationError
 from tether.domain.job import JobStatus
-from tether.domain.queue_summary import QueueSummary
 from tether.ports.repository import JobRepository
 from tether.testing.contract.support import ContractSupport
 
@@ -82,37 +81,6 @@ class ReadContract(ContractSupport):
         assert repository.count_by_status(queue="a", job_types=["reports.build"]) == {**zero, JobStatus.QUEUED: 1}
         assert repository.count_by_status(job_types=["nothing.here"]) == zero
         assert repository.count_by_status(job_types=[]) == zero
-
-    def test_queue_summaries_count_the_live_jobs_and_find_the_oldest_due_one(
-        self, repository: JobRepository, clock: FakeClock
-    ) -> None:
-        assert repository.queue_summaries(now=clock.now()) == []
-        t0 = clock.now()
-        a1 = self.add(repository, clock, queue="a")
-        clock.advance(10)
-        t10 = clock.now()
-        self.add(repository, clock, queue="a")
-        self.add(repository, clock, queue="a", delay=3600)  # queued, not due: counted, never the oldest
-        b1 = self.add(repository, clock, queue="b")
-        self.add(repository, clock, queue="b")
-        b1_leased = self.lease_one(repository, clock, queues=["b"])
-        assert b1_leased.id == b1.id
-        clock.advance(5)
-        summaries = repository.queue_summaries(now=clock.now())
-        assert summaries == [QueueSummary("a", queued=3, oldest_due_at=t0),
-                             QueueSummary("b", queued=1, running=1, oldest_due_at=t10)]
-        assert summaries[0].latency(clock.now()) == 15.0
-        leased = self.lease_one(repository, clock, queues=["a"])
-        assert leased.id == a1.id
-        repository.fail(a1.id, self.token_of(leased), now=clock.now(), error="E", retry_at=clock.now() + timedelta(seconds=60))
-        b2_leased = self.lease_one(repository, clock, queues=["b"])
-        repository.complete(b2_leased.id, self.token_of(b2_leased), now=clock.now())
-        summaries = repository.queue_summaries(now=clock.now())
-        assert summaries == [QueueSummary("a", queued=2, retrying=1, oldest_due_at=t10),  # the retry is not due yet
-                             QueueSummary("b", running=1)]
-        assert summaries[1].latency(clock.now()) == 0.0
-        repository.complete(b1.id, self.token_of(b1_leased), now=clock.now())
-        assert [summary.queue for summary in repository.queue_summaries(now=clock.now())] == ["a"]  # b holds no live job
 
     def test_due_jobs_lists_without_leasing(self, repository: JobRepository, clock: FakeClock) -> None:
         ids = self._mixed(repository, clock)
