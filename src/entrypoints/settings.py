@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
-from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.errors import ConfigurationError, ValidationError, shown
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.validation import validate_queue
 
@@ -155,7 +155,7 @@ def database_kind(url: str) -> str:
             the URL with its password hidden and the form to use.
     """
     if not isinstance(url, str) or not url:
-        raise InvalidSetting("database_url", f"must be a URL such as {DEFAULT_DATABASE_URL!r}, got {url!r}")
+        raise InvalidSetting("database_url", f"must be a URL such as {shown(DEFAULT_DATABASE_URL)}, got {shown(url, 300)}")
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if url == MEMORY_URL or scheme == "memory":
         return "memory"
@@ -164,7 +164,7 @@ def database_kind(url: str) -> str:
         if url.rstrip("/").lower() in ("sqlite:", "sqlite+pysqlite:") or ":memory:" in url:
             raise InvalidSetting(
                 "database_url",
-                f"{url!r} names no database file; use sqlite:///path/to/file.db (or memory:// for a throwaway store)",
+                f"{shown(url, 300)} names no database file; use sqlite:///path/to/file.db (or memory:// for a throwaway store)",
             )
         _check_sqlite_url(url, before_colon)
         return "sqlite"
@@ -172,7 +172,7 @@ def database_kind(url: str) -> str:
         return "postgresql"
     raise InvalidSetting(
         "database_url",
-        f"unsupported URL {redact_url(url)!r}; use memory://, sqlite:///path/to/file.db or postgresql+psycopg://user@host/db",
+        f"unsupported URL {shown(redact_url(url), 300)}; use memory://, sqlite:///path/to/file.db or postgresql+psycopg://user@host/db",
     )
 
 
@@ -181,17 +181,17 @@ def _check_sqlite_url(url: str, scheme: str) -> None:
     file name lands where the host goes, and SQLite takes none) or ``sqlite:relative.db``."""
     if url[len(scheme) :].startswith(":///"):
         return
-    shown = redact_url(url)
-    rest = shown[len(scheme) :]
+    safe = redact_url(url)
+    rest = safe[len(scheme) :]
     path = rest.lstrip(":").lstrip("/").split("?", 1)[0]
     if rest.startswith("://"):
         host = rest[3:].split("?", 1)[0].split("/", 1)[0]
-        wrong = f"has two slashes, so {host!r} is read as a host name, and SQLite takes none"
+        wrong = f"has two slashes, so {shown(host, 300)} is read as a host name, and SQLite takes none"
     else:
         wrong = "is not a SQLite URL"
     raise InvalidSetting(
         "database_url",
-        f"{shown!r} {wrong}; write {scheme}:///{path} for a path relative to the current directory, "
+        f"{shown(safe, 300)} {wrong}; write {scheme}:///{path} for a path relative to the current directory, "
         f"or {scheme}:////absolute/path/{os.path.basename(path) or 'file.db'} for an absolute one",
     )
 
@@ -211,8 +211,8 @@ def check_redis_url(url: str | None) -> str | None:
     if url is None:
         return None
     if not isinstance(url, str) or url.split("://", 1)[0].lower() not in ("redis", "rediss", "unix") or "://" not in url:
-        shown = redact_url(url) if isinstance(url, str) else url
-        raise InvalidSetting("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {shown!r}")
+        safe = redact_url(url) if isinstance(url, str) else url
+        raise InvalidSetting("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {shown(safe, 300)}")
     return url
 
 
@@ -227,13 +227,13 @@ def _redis_url(instance: object, attribute: attrs.Attribute, value: Any) -> None
 
 def _schema(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is not None and (not isinstance(value, str) or not SCHEMA_PATTERN.fullmatch(value)):
-        raise InvalidSetting("schema", f"must be 1-63 of letters, digits and '_', not starting with a digit, got {value!r}")
+        raise InvalidSetting("schema", f"must be 1-63 of letters, digits and '_', not starting with a digit, got {shown(value)}")
 
 
 def _int_between(low: int, high: int) -> Any:
     def check(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidSetting(attribute.name, f"must be an integer, got {value!r}")
+            raise InvalidSetting(attribute.name, f"must be an integer, got {shown(value)}")
         if not low <= value <= high:
             raise InvalidSetting(attribute.name, f"must be from {low:,} to {high:,}, got {value:,}")
 
@@ -245,7 +245,7 @@ def _seconds(*, allow_zero: bool = False, optional: bool = False) -> Any:
         if value is None and optional:
             return
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InvalidSetting(attribute.name, f"must be a finite number of seconds, got {value!r}")
+            raise InvalidSetting(attribute.name, f"must be a finite number of seconds, got {shown(value)}")
         if value < 0 or (value == 0 and not allow_zero):
             raise InvalidSetting(attribute.name, f"must be {'>= 0' if allow_zero else '> 0'} seconds, got {value}")
 
@@ -261,14 +261,14 @@ def _redis_prefix(instance: object, attribute: attrs.Attribute, value: Any) -> N
 
 def _redis_cluster(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if not isinstance(value, bool):
-        raise InvalidSetting("redis_cluster", f"must be true or false, got {value!r}")
+        raise InvalidSetting("redis_cluster", f"must be true or false, got {shown(value)}")
 
 
 def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is None:
         return
     if not isinstance(value, tuple) or not value:
-        raise InvalidSetting("queues", f"must name at least one queue, got {value!r}")
+        raise InvalidSetting("queues", f"must name at least one queue, got {shown(value)}")
     for queue in value:
         try:
             validate_queue(queue, "queues")
@@ -278,7 +278,7 @@ def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  
 
 def _log_level(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value not in LOG_LEVELS:
-        raise InvalidSetting("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        raise InvalidSetting("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {shown(value)}")
 
 
 def _to_queues(value: Any) -> tuple[str, ...] | None:
@@ -406,7 +406,7 @@ def parse_switch(text: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{text!r} is not a switch")
+    raise ValueError(f"{shown(text)} is not a switch")
 
 
 def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
@@ -416,12 +416,12 @@ def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
         try:
             return parse_switch(raw)
         except ValueError:
-            raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a switch (use {SWITCH_WORDS})") from None
+            raise InvalidSetting(name, f"{env_name(name)}={shown(raw)} is not a switch (use {SWITCH_WORDS})") from None
     try:
         if kind in ("int", "int | None"):
             return int(raw.replace("_", ""))
         if kind in ("float", "float | None"):
             return float(raw)
     except ValueError:
-        raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a number") from None
+        raise InvalidSetting(name, f"{env_name(name)}={shown(raw)} is not a number") from None
     return raw
