@@ -25,7 +25,7 @@ EXAMPLES = os.environ.get("FUZZ_EXAMPLES")
 #: deadline (the first call to a store opens connections), and a size that keeps the whole fuzz
 #: suite well under a minute on a loaded machine.
 FUZZ = settings(
-    max_examples=int(EXAMPLES) if EXAMPLES else 60,
+    max_examples=int(EXAMPLES) if EXAMPLES else 120,
     derandomize=not EXAMPLES,
     deadline=None,
     database=None,
