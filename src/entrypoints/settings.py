@@ -36,11 +36,12 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import attrs
 from tether.domain.errors import ConfigurationError, ValidationError, shown
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
+from tether.domain.redaction import redact_url
 from tether.domain.validation import validate_queue
 
 DEFAULT_DATABASE_URL = "sqlite:///tether.db"
@@ -119,30 +120,6 @@ def flag_name(setting: str) -> str:
     return "--queue" if setting == "queues" else "--" + setting.replace("_", "-")
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages and logs.
-
-    ``postgresql+psycopg://app:s3cret@db/prod`` -> ``postgresql+psycopg://app:***@db/prod``.
-    A string that does not parse as a URL is returned with everything between ``://`` and the
-    last ``@`` hidden.
-    """
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port is not None else ""
-        return urlunsplit((parts.scheme, f"{user}:***@{host}{port}", parts.path, parts.query, parts.fragment))
-    except ValueError:
-        head, sep, rest = url.partition("://")
-        if sep and "@" in rest:
-            return f"{head}://***@{rest.rsplit('@', 1)[1]}"
-        return url
-
-
 def database_kind(url: str) -> str:
     """Which repository a database URL selects: ``"memory"``, ``"sqlite"`` or ``"postgresql"``.
 
@@ -169,6 +146,7 @@ def database_kind(url: str) -> str:
         _check_sqlite_url(url, before_colon)
         return "sqlite"
     if scheme in ("postgresql", "postgresql+psycopg", "postgres"):
+        check_url_parts(url, "database_url")
         return "postgresql"
     raise InvalidSetting(
         "database_url",
@@ -213,7 +191,21 @@ def check_redis_url(url: str | None) -> str | None:
     if not isinstance(url, str) or url.split("://", 1)[0].lower() not in ("redis", "rediss", "unix") or "://" not in url:
         safe = redact_url(url) if isinstance(url, str) else url
         raise InvalidSetting("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {shown(safe, 300)}")
+    check_url_parts(url, "redis_url")
     return url
+
+
+def check_url_parts(url: str, setting: str) -> None:
+    """Refuse a URL whose host or port cannot be read (``host:notaport``, an unclosed ``[::1``),
+    naming ``setting``, with its passwords hidden.
+
+    Raises:
+        InvalidSetting: what was wrong, in the parser's words.
+    """
+    try:
+        urlsplit(url).port  # noqa: B018 - reading the port is the check
+    except ValueError as error:
+        raise InvalidSetting(setting, f"{shown(redact_url(url), 300)} is not a valid URL ({error})") from None
 
 
 # -- attrs validators, each naming its setting ----------------------------------------------------
