@@ -1,6 +1,8 @@
 """Hostile input on the ``tether`` command line (Typer's CliRunner), on a SQLite file: every
 command ends with exit code 0, or with 2 and exactly one line ``tether: error: ...`` on stderr and
-nothing else; no traceback, no exception out of the command; a refused command changes no job.
+nothing else; no traceback, no exception out of the command; a refused command changes no job;
+and nothing printed holds a control or format character (a stored key with an escape sequence
+or a right-to-left override is shown escaped, never sent to the terminal as it is).
 
 Arguments are text, as a shell passes them: hostile strings (lone surrogates, which is how Python
 hands over bytes that are not UTF-8, control characters, very long text) and numbers written
@@ -16,11 +18,13 @@ import pytest
 import tether
 from hypothesis import given
 from hypothesis import strategies as st
+from tether.domain.failure import describe_failure
 from tether.entrypoints.cli import app as cli_app
 from typer.testing import CliRunner
 
 from tests.fuzz.hostile import FUZZ, hostile_text
 
+STORED_HOSTILE = "k\x1b[2J\x9b31m\u202eevil\n[red]x[/red] [link=http://example.invalid]y[/link]\r"
 VARIABLES = ("TETHER_DATABASE_URL", "TETHER_REDIS_URL", "TETHER_SCHEMA", "TETHER_APP", "TETHER_MAX_PAYLOAD_BYTES")
 
 
@@ -31,6 +35,13 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         first = app.enqueue("fuzz.cli", {"n": 1}, idempotency_key="cli-key").job
         app.cancel(first.id)
         app.enqueue("fuzz.cli", {"n": 2}, queue="q")
+        # Stored text a terminal must not take as commands: escape sequences (7- and 8-bit), a
+        # right-to-left override, line breaks, and Rich markup, in a key, a payload and a last error.
+        hostile = app.enqueue("fuzz.cli", {"s": STORED_HOSTILE}, idempotency_key=STORED_HOSTILE).job
+        leased = app.repository.lease_job(hostile.id, worker_id="w", now=app.clock.now(), lease_timeout=60)
+        assert leased is not None and leased.lease_token is not None
+        app.repository.dead_letter(hostile.id, leased.lease_token, now=app.clock.now(),
+                                   error=describe_failure(ValueError(STORED_HOSTILE)))
     yield url
 
 
@@ -44,6 +55,7 @@ def no_variables() -> Iterator[None]:
 
 NUMBERS = st.one_of(
     st.integers(-5, 20).map(str),
+    st.sampled_from(["1", "2", "3"]),
     st.integers().map(str),
     st.sampled_from(["99999999999999999999999", "-1", "0", "nan", "inf", "-inf", "1e400", "1e15", "0x10", "1_000",
                      " 5 ", "5.5", "", "١٢", "3155760001", "10" + "0" * 5000]),
@@ -99,6 +111,8 @@ def test_a_command_succeeds_or_prints_one_error_line_exits_2_and_writes_nothing(
     result: Any = CliRunner().invoke(cli_app, [*command, "--database-url", database])
     assert result.exit_code in (0, 2), (result.exit_code, result.output, result.exception)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    for line in (result.stdout + result.stderr).splitlines():
+        assert line.isprintable(), f"a control or format character reached the terminal: {line!r}"
     if result.exit_code == 2:
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("tether: error: "), result.stderr

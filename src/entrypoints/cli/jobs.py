@@ -22,7 +22,7 @@ from tether.entrypoints.cli.options import (
     load_settings,
     open_app,
 )
-from tether.entrypoints.cli.output import explanation_to_dict, job_to_dict, print_json, short_time, stdout
+from tether.entrypoints.cli.output import explanation_to_dict, job_to_dict, print_json, printable, short_time, stdout
 from tether.entrypoints.cli.values import FlagNamingCommand, choice, integer
 
 jobs_app = typer.Typer(help="Look at and cancel jobs.", no_args_is_help=True, rich_markup_mode=None)
@@ -81,12 +81,12 @@ def jobs_list(
     for job in jobs:
         table.add_row(
             str(job.id),
-            job.job_type,
-            job.queue,
+            printable(job.job_type),
+            printable(job.queue),
             job.status.value,
             f"{job.attempts}/{job.max_attempts}",
             job.scheduled_at.strftime("%m-%d %H:%M:%S"),
-            job.last_error or "",
+            printable(job.last_error or ""),
         )
     stdout().print(table)
     stdout().print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
@@ -117,8 +117,9 @@ def jobs_show(
     table.add_column(overflow="fold")
     for key, value in data.items():
         if key != "payload":
-            table.add_row(key, "" if value is None else str(value))
-    table.add_row("payload", json.dumps(data["payload"], indent=2, ensure_ascii=False))
+            table.add_row(key, "" if value is None else printable(str(value)))
+    payload_lines = json.dumps(data["payload"], indent=2, ensure_ascii=False).splitlines()
+    table.add_row("payload", "\n".join(printable(line) for line in payload_lines))
     stdout().print(table)
 
 
@@ -141,13 +142,13 @@ def jobs_why(
     if as_json:
         print_json(explanation_to_dict(explanation))
         return
-    print(f"job {explanation.job_id}: {explanation.verdict}")
+    print(f"job {explanation.job_id}: {printable(explanation.verdict)}")
     capped = explanation.fact("due_ahead_capped") is True
     for fact in explanation.facts:
         if fact.name == "due_ahead_capped":
             continue
         text = f"{fact.value:,}+" if fact.name == "due_ahead" and capped else _fact_text(fact.value)
-        print(f"  {fact.name + ':':<21}{text}")
+        print(f"  {fact.name + ':':<21}{printable(text)}")
 
 
 def _fact_text(value: Any) -> str:
