@@ -97,3 +97,36 @@ WORKER_FIELDS = (
     "concurrency", "queues", "lease_timeout", "heartbeat_interval", "reap_interval", "drain_timeout", "worker_id",
     "max_wait", "prefetch", "job_timeout",
 )
+
+
+CONNECT_OPTIONS = st.fixed_dictionaries(
+    {},
+    optional={
+        "poll_interval": durations_and_worse(),
+        "pool_size": integers_and_worse(),
+        "max_payload_bytes": integers_and_worse(),
+        "default_queue": st.one_of(hostile_text(), anything()),
+        "default_max_attempts": integers_and_worse(),
+        "schema": st.one_of(hostile_text(), anything()),
+        "redis_options": st.one_of(anything(), st.dictionaries(hostile_text(10), anything(), max_size=2)),
+    },
+)
+RETRY_POLICIES = st.fixed_dictionaries(
+    {}, optional={"base_seconds": durations_and_worse(), "cap_seconds": durations_and_worse(), "jitter": durations_and_worse()}
+)
+
+
+@FUZZ
+@given(database_url=st.one_of(st.just("memory://"), hostile_text(), anything()), options=CONNECT_OPTIONS,
+       policy=st.one_of(st.none(), RETRY_POLICIES))
+def test_connect_opens_an_app_or_refuses_its_options_with_a_tether_error(
+    database_url: Any, options: dict[str, Any], policy: dict[str, Any] | None
+) -> None:
+    try:
+        if policy is not None:
+            options["retry_policy"] = tether.RetryPolicy(**policy)
+        app = tether.connect(database_url, **options)
+    except TetherError as error:
+        assert "\n" not in str(error), str(error)
+    else:
+        app.close()

@@ -80,3 +80,10 @@ def test_other_calls_name_the_field_of_a_value_python_cannot_print(app: Any, cal
     with pytest.raises(ValidationError) as info:
         call(app)
     assert str(info.value).startswith(message), str(info.value)
+
+
+@pytest.mark.parametrize("options", [1, "prefix=x", ["prefix"]])
+def test_connect_refuses_redis_options_that_are_not_a_dict(options: Any) -> None:
+    with pytest.raises(tether.ConfigurationError) as info:
+        tether.connect("memory://", redis_options=options)
+    assert str(info.value) == f"redis_options: must be a dict of RedisStreamsDispatcher keywords, got {type(options).__name__}"
