@@ -32,6 +32,12 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
+def budget(examples: int) -> settings:
+    """:data:`FUZZ` with a smaller fixed budget, for a test whose every example is slow (a whole CLI
+    command); ``FUZZ_EXAMPLES`` still overrides it."""
+    return settings(FUZZ, max_examples=int(EXAMPLES) if EXAMPLES else examples)
+
+
 #: Text that no store can hold as UTF-8, or that is merely awkward: lone surrogates of both
 #: halves, NUL, control and formatting characters, right-to-left marks, very long strings.
 SURROGATES = st.sampled_from(["\ud800", "\udfff", "\udcff", "a\ud83d", "\ude00b"])

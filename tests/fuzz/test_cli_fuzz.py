@@ -22,7 +22,7 @@ from tether.domain.failure import describe_failure
 from tether.entrypoints.cli import app as cli_app
 from typer.testing import CliRunner
 
-from tests.fuzz.hostile import FUZZ, hostile_text
+from tests.fuzz.hostile import FUZZ, budget, hostile_text
 
 STORED_HOSTILE = "k\x1b[2J\x9b31m\u202eevil\n[red]x[/red] [link=http://example.invalid]y[/link]\r"
 VARIABLES = ("TETHER_DATABASE_URL", "TETHER_REDIS_URL", "TETHER_SCHEMA", "TETHER_APP", "TETHER_MAX_PAYLOAD_BYTES")
@@ -117,4 +117,41 @@ def test_a_command_succeeds_or_prints_one_error_line_exits_2_and_writes_nothing(
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("tether: error: "), result.stderr
         assert result.stdout == ""
+        assert stored(database) == before
+
+
+def _settable(value: str) -> bool:
+    """Whether ``value`` can be put in the environment (no NUL; surrogates only as escaped bytes)."""
+    try:
+        value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+SETTINGS_VARIABLES = st.dictionaries(
+    st.sampled_from(["TETHER_POLL_INTERVAL", "TETHER_MAX_PAYLOAD_BYTES", "TETHER_SCHEMA", "TETHER_REDIS_PREFIX",
+                     "TETHER_REDIS_CLUSTER", "TETHER_CONCURRENCY", "TETHER_LEASE_TIMEOUT", "TETHER_JOB_TIMEOUT",
+                     "TETHER_LOG_LEVEL", "TETHER_QUEUES", "TETHER_PREFETCH"]),
+    st.one_of(NUMBERS, TEXT).filter(_settable),
+    min_size=1,
+    max_size=3,
+)
+
+
+@budget(40)
+@given(variables=SETTINGS_VARIABLES, command=st.sampled_from([["jobs", "list"], ["enqueue", "emails.send"], ["purge", "--older-than", "60"]]))
+def test_hostile_tether_variables_are_one_error_line_naming_the_variable(
+    database: str, variables: dict[str, str], command: list[str]
+) -> None:
+    before = stored(database)
+    result: Any = CliRunner().invoke(cli_app, [*command, "--database-url", database], env=variables)
+    assert result.exit_code in (0, 2), (result.exit_code, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    for line in (result.stdout + result.stderr).splitlines():
+        assert line.isprintable(), line
+    if result.exit_code == 2:
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tether: error: "), result.stderr
+        assert "TETHER_" in lines[0], lines[0]
         assert stored(database) == before
