@@ -22,7 +22,7 @@ from tether.domain.failure import describe_failure
 from tether.entrypoints.cli import app as cli_app
 from typer.testing import CliRunner
 
-from tests.fuzz.hostile import FUZZ, budget, hostile_text
+from tests.fuzz.hostile import budget, hostile_text
 
 STORED_HOSTILE = "k\x1b[2J\x9b31m\u202eevil\n[red]x[/red] [link=http://example.invalid]y[/link]\r"
 VARIABLES = ("TETHER_DATABASE_URL", "TETHER_REDIS_URL", "TETHER_SCHEMA", "TETHER_APP", "TETHER_MAX_PAYLOAD_BYTES")
@@ -104,7 +104,7 @@ def stored(url: str) -> list[tuple[int, str]]:
         return [(job.id, job.status.value) for job in app.list(limit=10_000)]
 
 
-@FUZZ
+@budget(80)
 @given(command=COMMANDS)
 def test_a_command_succeeds_or_prints_one_error_line_exits_2_and_writes_nothing(database: str, command: list[str]) -> None:
     before = stored(database)
