@@ -31,10 +31,10 @@ log_level             ``--log-level``            TETHER_LOG_LEVEL        INFO
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,7 +42,7 @@ import attrs
 from tether.domain.errors import ConfigurationError, ValidationError, shown
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.redaction import redact_url
-from tether.domain.validation import validate_queue
+from tether.domain.validation import validate_queue, validate_seconds
 
 DEFAULT_DATABASE_URL = "sqlite:///tether.db"
 MEMORY_URL = "memory://"
@@ -227,7 +227,8 @@ def _int_between(low: int, high: int) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidSetting(attribute.name, f"must be an integer, got {shown(value)}")
         if not low <= value <= high:
-            raise InvalidSetting(attribute.name, f"must be from {low:,} to {high:,}, got {value:,}")
+            got = f"{value:,}" if value.bit_length() <= 133 else shown(value)
+            raise InvalidSetting(attribute.name, f"must be from {low:,} to {high:,}, got {got}")
 
     return check
 
@@ -236,10 +237,12 @@ def _seconds(*, allow_zero: bool = False, optional: bool = False) -> Any:
     def check(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, timedelta) or value is None:  # validate_seconds takes these; a setting does not
             raise InvalidSetting(attribute.name, f"must be a finite number of seconds, got {shown(value)}")
-        if value < 0 or (value == 0 and not allow_zero):
-            raise InvalidSetting(attribute.name, f"must be {'>= 0' if allow_zero else '> 0'} seconds, got {value}")
+        try:
+            validate_seconds(value, attribute.name, allow_zero=allow_zero)
+        except ValidationError as error:
+            raise InvalidSetting(attribute.name, error.problem) from None
 
     return check
 

@@ -87,3 +87,17 @@ def test_connect_refuses_redis_options_that_are_not_a_dict(options: Any) -> None
     with pytest.raises(tether.ConfigurationError) as info:
         tether.connect("memory://", redis_options=options)
     assert str(info.value) == f"redis_options: must be a dict of RedisStreamsDispatcher keywords, got {type(options).__name__}"
+
+
+def test_settings_name_the_setting_of_a_number_python_cannot_print_or_convert() -> None:
+    from tether.entrypoints.settings import InvalidSetting, Settings
+
+    with pytest.raises(InvalidSetting) as info:
+        tether.connect("memory://", poll_interval=10**4299)
+    assert str(info.value) == "poll_interval: must be a finite number of seconds, got an integer of 4,300 digits"
+    with pytest.raises(InvalidSetting) as info:
+        Settings(concurrency=HUGE)
+    assert "must be from 1 to" in str(info.value) and str(info.value).endswith("got an integer of 5,001 digits")
+    with pytest.raises(InvalidSetting) as info:
+        Settings(lease_timeout=-HUGE)
+    assert "lease_timeout" in str(info.value) and "a negative integer of 5,001 digits" in str(info.value)
