@@ -391,6 +391,14 @@ def test_jobs_list_into_a_pipe_shows_whole_values(db: str) -> None:
     assert long_queue in row and "queued" in row and "…" not in row
 
 
+def test_jobs_list_shows_the_year_of_the_due_time(db: str) -> None:
+    """A job due next year must not read as due this year."""
+    assert cli("enqueue", "report", "--run-at", "2031-03-04T05:06:07Z", "--database-url", db).exit_code == 0
+    table = cli("jobs", "list", "--database-url", db)
+    row = next(line for line in table.output.splitlines() if "report" in line)
+    assert "2031-03-04 05:06:07" in row
+
+
 def _run_until_idle(db: str, handlers: dict[str, Any]) -> None:
     tether_app = connect(db)
     try:

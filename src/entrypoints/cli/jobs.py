@@ -85,7 +85,7 @@ def jobs_list(
             printable(job.queue),
             job.status.value,
             f"{job.attempts}/{job.max_attempts}",
-            job.scheduled_at.strftime("%m-%d %H:%M:%S"),
+            job.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
             printable(job.last_error or ""),
         )
     stdout().print(table)

@@ -147,7 +147,7 @@ def worker(
         ),
     ] = None,
     log_level: Annotated[
-        str | None, setting_option("log_level", "DEBUG, INFO, WARNING or ERROR. [default: INFO]")
+        str | None, setting_option("log_level", "DEBUG, INFO, WARNING, ERROR or CRITICAL. [default: INFO]")
     ] = None,
     worker_id: Annotated[
         str | None, typer.Option("--worker-id", help="Name of this worker in leases. [default: host-pid-random]")
