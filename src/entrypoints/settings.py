@@ -336,6 +336,8 @@ class Settings:
     log_level: str = attrs.field(default="INFO", converter=_to_level, validator=_log_level)
 
     def __attrs_post_init__(self) -> None:
+        if self.schema is not None and database_kind(self.database_url) == "sqlite":
+            raise InvalidSetting("schema", "SQLite has no schemas; leave it unset for sqlite:// URLs")
         if self.redis_cluster and self.redis_url is None:
             raise InvalidSetting("redis_cluster", "is on, but no redis_url names a node of the cluster")
         if self.heartbeat_interval is not None and self.heartbeat_interval >= self.lease_timeout:
