@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tether import EnqueueRequest, TetherError
 from tether.domain.errors import ValidationError
@@ -31,6 +31,7 @@ from tests.fuzz.hostile import (
 )
 from tests.fuzz.stores import STORES, StatementLog, open_app, stored
 
+HUGE = 10**5000
 ENQUEUE_FIELDS = ("job_type", "payload", "queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key")
 
 
@@ -116,6 +117,8 @@ def rejected_cleanly(error: TetherError, fields: tuple[str, ...]) -> None:
 
 @FUZZ
 @given(arguments=ENQUEUE_ARGUMENTS)
+@example(arguments={"job_type": HUGE, "payload": {}})  # found: no repr of an int past 4,300 digits
+@example(arguments={"job_type": "fuzz.job", "payload": {HUGE: 1}, "delay": HUGE})
 def test_enqueue_succeeds_or_refuses_naming_a_field_and_writes_nothing(
     fuzzed: tuple[Tether, StatementLog], baseline: str, arguments: dict[str, Any]
 ) -> None:
@@ -200,6 +203,7 @@ READ_CALLS = st.one_of(
 
 @FUZZ
 @given(call=READ_CALLS)
+@example(call=("find_by_key", {"idempotency_key": None}))  # found: an AssertionError
 def test_reads_and_bulk_calls_refuse_bad_filters_and_write_nothing(
     fuzzed: tuple[Tether, StatementLog], baseline: str, call: tuple[str, dict[str, Any]]
 ) -> None:

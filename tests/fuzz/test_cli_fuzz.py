@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import tether
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tether.domain.failure import describe_failure
 from tether.entrypoints.cli import app as cli_app
@@ -106,6 +106,9 @@ def stored(url: str) -> list[tuple[int, str]]:
 
 @budget(80)
 @given(command=COMMANDS)
+@example(command=["enqueue", "x", "--payload", "[" * 5000 + "]" * 5000])  # the parser's own recursion limit
+@example(command=["jobs", "show", "3"])  # stored escape sequences and markup
+@example(command=["enqueue", "x", "--run-at", "2026-01-01T00:00:00" + "9" * 10_000])
 def test_a_command_succeeds_or_prints_one_error_line_exits_2_and_writes_nothing(database: str, command: list[str]) -> None:
     before = stored(database)
     result: Any = CliRunner().invoke(cli_app, [*command, "--database-url", database])
@@ -140,6 +143,7 @@ SETTINGS_VARIABLES = st.dictionaries(
 
 
 @budget(40)
+@example(variables={"TETHER_SCHEMA": "nan"}, command=["jobs", "list"])
 @given(variables=SETTINGS_VARIABLES, command=st.sampled_from([["jobs", "list"], ["enqueue", "emails.send"], ["purge", "--older-than", "60"]]))
 def test_hostile_tether_variables_are_one_error_line_naming_the_variable(
     database: str, variables: dict[str, str], command: list[str]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import tether
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tether import Snooze, TetherError
 from tether.domain.errors import ValidationError
@@ -117,6 +117,8 @@ RETRY_POLICIES = st.fixed_dictionaries(
 
 
 @FUZZ
+@example(database_url="memory://", options={"redis_options": 1}, policy=None)  # found: a TypeError
+@example(database_url="memory://", options={"poll_interval": 10**4299}, policy={"base_seconds": 10**5000})
 @given(database_url=st.one_of(st.just("memory://"), hostile_text(), anything()), options=CONNECT_OPTIONS,
        policy=st.one_of(st.none(), RETRY_POLICIES))
 def test_connect_opens_an_app_or_refuses_its_options_with_a_tether_error(
