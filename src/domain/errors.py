@@ -6,6 +6,27 @@ Every error that reports bad input names the field and what was wrong with it, s
 
 from __future__ import annotations
 
+#: How many characters of a caller's value an error message shows at most.
+SHOWN_CHARS = 80
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """How an error message shows a value the caller passed: its ``repr``, cut to ``limit``
+    characters (``...`` marks the cut); an integer past ``2**133`` (about 40 digits) as its digit count
+    (``an integer of 5,001 digits``: Python refuses to print one past 4,300 digits, and a long
+    one says nothing more); ``<TypeName>`` when its ``repr`` fails.  Never raises."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 133:
+        magnitude = -value if value < 0 else value
+        digits = max(1, int((value.bit_length() - 1) * 0.30102999566398) - 1)
+        while 10**digits <= magnitude:
+            digits += 1
+        return f"{'a negative' if value < 0 else 'an'} integer of {digits:,} digits"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a message must never fail on the caller's object
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
+
 
 class TetherError(Exception):
     """Root of every error Tether raises on purpose."""

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tether.domain.errors import PayloadError
+from tether.domain.errors import PayloadError, shown
 from tether.domain.limits import MAX_INT_DIGITS, int_digit_limit
 from tether.domain.wording import with_article
 
@@ -75,7 +75,7 @@ def _check(value: Any, path: str, depth: int) -> None:
         if type(value) is not float:
             raise PayloadError(path, f"is {with_article(type(value).__name__)}; only plain float is JSON")
         if not math.isfinite(value):
-            raise PayloadError(path, f"is {value!r}; JSON has no NaN or Infinity")
+            raise PayloadError(path, f"is {shown(value)}; JSON has no NaN or Infinity")
         return
     if isinstance(value, str):
         if "\x00" in value:
@@ -91,12 +91,12 @@ def _check(value: Any, path: str, depth: int) -> None:
     if type(value) is dict:
         for key, item in value.items():
             if not isinstance(key, str):
-                raise PayloadError(path, f"has a key of type {type(key).__name__} ({key!r}); JSON object keys are strings")
+                raise PayloadError(path, f"has a key of type {type(key).__name__} ({shown(key)}); JSON object keys are strings")
             if "\x00" in key:
                 raise PayloadError(path, "has a key holding a NUL character (U+0000)")
             problem = unencodable_problem(key)
             if problem is not None:
-                raise PayloadError(path, f"has a key ({key!r}) that {problem}")
+                raise PayloadError(path, f"has a key ({shown(key)}) that {problem}")
             _check(item, f"{path}.{key}", depth + 1)
         return
     raise PayloadError(path, f"is {with_article(type(value).__name__)}, which JSON cannot carry (use str, int, float, bool, None, list or dict)")

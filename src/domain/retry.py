@@ -24,7 +24,7 @@ import math
 from datetime import datetime, timedelta
 
 import attrs
-from tether.domain.errors import ValidationError
+from tether.domain.errors import ValidationError, shown
 from tether.domain.limits import MAX_SECONDS
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -32,17 +32,17 @@ DEFAULT_JITTER = 0.25
 
 
 def _check_seconds(instance: object, attribute: attrs.Attribute, value: float) -> None:  # type: ignore[type-arg]
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValidationError(f"retry_policy.{attribute.name}", f"must be a finite number of seconds > 0, got {value!r}")
+    if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        raise ValidationError(f"retry_policy.{attribute.name}", f"must be a finite number of seconds > 0, got {shown(value)}")
     if value > MAX_SECONDS:
         raise ValidationError(
-            f"retry_policy.{attribute.name}", f"must be at most {MAX_SECONDS:,} seconds (100 years), got {value!r}"
+            f"retry_policy.{attribute.name}", f"must be at most {MAX_SECONDS:,} seconds (100 years), got {shown(value)}"
         )
 
 
 def _check_jitter(instance: object, attribute: attrs.Attribute, value: float) -> None:  # type: ignore[type-arg]
     if not (isinstance(value, (int, float)) and 0 <= value <= 1):
-        raise ValidationError("retry_policy.jitter", f"must be a fraction in [0, 1], got {value!r}")
+        raise ValidationError("retry_policy.jitter", f"must be a fraction in [0, 1], got {shown(value)}")
 
 
 @attrs.frozen

@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from tether.domain.errors import ValidationError
+from tether.domain.errors import ValidationError, shown
 from tether.domain.job import JobStatus, NewJob
 from tether.domain.limits import (
     MAX_ATTEMPTS_LIMIT,
@@ -57,7 +57,7 @@ def validate_queue(queue: object, field: str = "queue") -> str:
     if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
         raise ValidationError(
             field,
-            f"{queue!r} is not a queue name (1-64 of letters, digits, '_', '-', '.', starting with a letter or digit)",
+            f"{shown(queue)} is not a queue name (1-64 of letters, digits, '_', '-', '.', starting with a letter or digit)",
         )
     _remember(_VALID_QUEUES, queue)
     return queue
@@ -69,7 +69,7 @@ def validate_job_type(job_type: object) -> str:
         return job_type
     if not isinstance(job_type, str) or not JOB_TYPE_PATTERN.fullmatch(job_type):
         raise ValidationError(
-            "job_type", f"{job_type!r} is not a job type (1-200 of letters, digits, '_', '.', ':', '-')"
+            "job_type", f"{shown(job_type)} is not a job type (1-200 of letters, digits, '_', '.', ':', '-')"
         )
     _remember(_VALID_JOB_TYPES, job_type)
     return job_type
@@ -78,9 +78,9 @@ def validate_job_type(job_type: object) -> str:
 def validate_int(value: object, field: str, low: int, high: int) -> int:
     """Return ``value`` if it is an int (not a bool) in ``[low, high]``, else raise ValidationError."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(field, f"must be an integer, got {type(value).__name__} {value!r}")
+        raise ValidationError(field, f"must be an integer, got {type(value).__name__} {shown(value)}")
     if not low <= value <= high:
-        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
+        raise ValidationError(field, f"must be between {low} and {high}, got {shown(value)}")
     return value
 
 
@@ -99,13 +99,13 @@ def validate_seconds(value: object, field: str, *, allow_zero: bool = True) -> f
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValidationError(field, f"must be a finite number of seconds, got {value!r}")
+        raise ValidationError(field, f"must be a finite number of seconds, got {shown(value)}")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an int past the float range
         finite = False
     if not finite:
-        raise ValidationError(field, f"must be a finite number of seconds, got {value!r:.40}")
+        raise ValidationError(field, f"must be a finite number of seconds, got {shown(value, 40)}")
     if value < 0 or (value == 0 and not allow_zero):
         raise ValidationError(field, f"must be {'>= 0' if allow_zero else '> 0'} seconds, got {value}")
     if value > MAX_SECONDS:
@@ -137,14 +137,14 @@ def validate_cancel_statuses(value: object, field: str = "statuses") -> tuple[Jo
     if isinstance(value, (str, JobStatus)):
         value = [value]
     if not isinstance(value, (list, tuple)) or not value:
-        raise ValidationError(field, f"must be a non-empty list of statuses, got {value!r:.80}")
+        raise ValidationError(field, f"must be a non-empty list of statuses, got {shown(value)}")
     wanted = ", ".join(s.value for s in CANCELLABLE_STATUSES)
     found: list[JobStatus] = []
     for item in value:
         try:
             status = JobStatus(item)
         except ValueError:
-            raise ValidationError(field, f"{item!r:.80} is not a status; one of {wanted}") from None
+            raise ValidationError(field, f"{shown(item)} is not a status; one of {wanted}") from None
         if status not in CANCELLABLE_STATUSES:
             raise ValidationError(field, f"{status.value} jobs cannot be cancelled; one of {wanted}")
         if status not in found:
@@ -157,7 +157,7 @@ def validate_idempotency_key(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > IDEMPOTENCY_KEY_MAX_CHARS:
-        raise ValidationError("idempotency_key", f"must be a string of 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters, got {value!r:.80}")
+        raise ValidationError("idempotency_key", f"must be a string of 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters, got {shown(value)}")
     if "\x00" in value:
         raise ValidationError("idempotency_key", "holds a NUL character (U+0000)")
     problem = unencodable_problem(value)
@@ -197,7 +197,7 @@ def due_time(now: datetime, *, run_at: object = None, delay: object = None) -> d
 def validate_worker_id(value: object) -> str:
     """A worker id: 1-200 printable characters."""
     if not isinstance(value, str) or not value or len(value) > WORKER_ID_MAX_CHARS or not value.isprintable():
-        raise ValidationError("worker_id", f"must be 1-{WORKER_ID_MAX_CHARS} printable characters, got {value!r:.80}")
+        raise ValidationError("worker_id", f"must be 1-{WORKER_ID_MAX_CHARS} printable characters, got {shown(value)}")
     return value
 
 

@@ -233,6 +233,10 @@ def _check_redis_options(options: dict[str, Any]) -> None:
 
     from tether.adapters.redis_streams import RedisStreamsDispatcher
 
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(
+            f"redis_options: must be a dict of RedisStreamsDispatcher keywords, got {type(options).__name__}"
+        )
     known = [name for name, p in inspect.signature(RedisStreamsDispatcher).parameters.items()
              if p.kind is inspect.Parameter.KEYWORD_ONLY]
     unknown = sorted(str(key) for key in options if key not in known)
@@ -280,7 +284,7 @@ def build_container(
             validate_int(pool_size, "pool_size", 1, MAX_POOL_SIZE)
         except ValidationError as error:
             raise InvalidSetting("pool_size", error.problem, label="pool_size") from None
-    if redis_options:
+    if redis_options is not None:
         _check_redis_options(redis_options)
     container = Container()
     container.config.from_dict(

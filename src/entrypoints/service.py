@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType, TracebackType
 from typing import Any, Self, TypeVar, overload
 
-from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.errors import ConfigurationError, ValidationError, shown
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
 from tether.domain.lease import without_token
 from tether.domain.overview import QueueSummary
@@ -400,7 +400,8 @@ class Tether(JobControl, PeriodicSchedules, AsyncApi):
     def find_by_key(self, idempotency_key: str) -> Job | None:
         """The job holding this idempotency key, or None.  Raises ValidationError for a bad key."""
         key = validate_idempotency_key(idempotency_key)
-        assert key is not None
+        if key is None:
+            raise ValidationError("idempotency_key", "must be a string of 1-255 characters, got None")
         job = self.repository.find_by_key(key)
         return None if job is None else without_token(job)
 
@@ -495,7 +496,7 @@ def _status(value: JobStatus | str | None) -> JobStatus | None:
     try:
         return JobStatus(value)
     except ValueError:
-        raise ValidationError("status", f"{value!r} is not one of {[s.value for s in JobStatus]}") from None
+        raise ValidationError("status", f"{shown(value)} is not one of {[s.value for s in JobStatus]}") from None
 
 
 __all__ = ["EnqueueRequest", "JobContext", "Tether", "WorkerPool", "WorkerStats"]

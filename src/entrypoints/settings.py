@@ -36,17 +36,18 @@ metrics_port          ``--metrics-port``         TETHER_METRICS_PORT     none (n
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import attrs
-from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.errors import ConfigurationError, ValidationError, shown
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
-from tether.domain.validation import validate_queue
+from tether.domain.redaction import redact_url
+from tether.domain.validation import validate_queue, validate_seconds
 
 DEFAULT_DATABASE_URL = "sqlite:///tether.db"
 MEMORY_URL = "memory://"
@@ -128,30 +129,6 @@ def flag_name(setting: str) -> str:
     return "--queue" if setting == "queues" else "--" + setting.replace("_", "-")
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages and logs.
-
-    ``postgresql+psycopg://app:s3cret@db/prod`` -> ``postgresql+psycopg://app:***@db/prod``.
-    A string that does not parse as a URL is returned with everything between ``://`` and the
-    last ``@`` hidden.
-    """
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port is not None else ""
-        return urlunsplit((parts.scheme, f"{user}:***@{host}{port}", parts.path, parts.query, parts.fragment))
-    except ValueError:
-        head, sep, rest = url.partition("://")
-        if sep and "@" in rest:
-            return f"{head}://***@{rest.rsplit('@', 1)[1]}"
-        return url
-
-
 def database_kind(url: str) -> str:
     """Which repository a database URL selects: ``"memory"``, ``"sqlite"`` or ``"postgresql"``.
 
@@ -164,7 +141,7 @@ def database_kind(url: str) -> str:
             the URL with its password hidden and the form to use.
     """
     if not isinstance(url, str) or not url:
-        raise InvalidSetting("database_url", f"must be a URL such as {DEFAULT_DATABASE_URL!r}, got {url!r}")
+        raise InvalidSetting("database_url", f"must be a URL such as {shown(DEFAULT_DATABASE_URL)}, got {shown(url, 300)}")
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if url == MEMORY_URL or scheme == "memory":
         return "memory"
@@ -173,15 +150,16 @@ def database_kind(url: str) -> str:
         if url.rstrip("/").lower() in ("sqlite:", "sqlite+pysqlite:") or ":memory:" in url:
             raise InvalidSetting(
                 "database_url",
-                f"{url!r} names no database file; use sqlite:///path/to/file.db (or memory:// for a throwaway store)",
+                f"{shown(url, 300)} names no database file; use sqlite:///path/to/file.db (or memory:// for a throwaway store)",
             )
         _check_sqlite_url(url, before_colon)
         return "sqlite"
     if scheme in ("postgresql", "postgresql+psycopg", "postgres"):
+        check_url_parts(url, "database_url")
         return "postgresql"
     raise InvalidSetting(
         "database_url",
-        f"unsupported URL {redact_url(url)!r}; use memory://, sqlite:///path/to/file.db or postgresql+psycopg://user@host/db",
+        f"unsupported URL {shown(redact_url(url), 300)}; use memory://, sqlite:///path/to/file.db or postgresql+psycopg://user@host/db",
     )
 
 
@@ -190,17 +168,17 @@ def _check_sqlite_url(url: str, scheme: str) -> None:
     file name lands where the host goes, and SQLite takes none) or ``sqlite:relative.db``."""
     if url[len(scheme) :].startswith(":///"):
         return
-    shown = redact_url(url)
-    rest = shown[len(scheme) :]
+    safe = redact_url(url)
+    rest = safe[len(scheme) :]
     path = rest.lstrip(":").lstrip("/").split("?", 1)[0]
     if rest.startswith("://"):
         host = rest[3:].split("?", 1)[0].split("/", 1)[0]
-        wrong = f"has two slashes, so {host!r} is read as a host name, and SQLite takes none"
+        wrong = f"has two slashes, so {shown(host, 300)} is read as a host name, and SQLite takes none"
     else:
         wrong = "is not a SQLite URL"
     raise InvalidSetting(
         "database_url",
-        f"{shown!r} {wrong}; write {scheme}:///{path} for a path relative to the current directory, "
+        f"{shown(safe, 300)} {wrong}; write {scheme}:///{path} for a path relative to the current directory, "
         f"or {scheme}:////absolute/path/{os.path.basename(path) or 'file.db'} for an absolute one",
     )
 
@@ -220,9 +198,23 @@ def check_redis_url(url: str | None) -> str | None:
     if url is None:
         return None
     if not isinstance(url, str) or url.split("://", 1)[0].lower() not in ("redis", "rediss", "unix") or "://" not in url:
-        shown = redact_url(url) if isinstance(url, str) else url
-        raise InvalidSetting("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {shown!r}")
+        safe = redact_url(url) if isinstance(url, str) else url
+        raise InvalidSetting("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {shown(safe, 300)}")
+    check_url_parts(url, "redis_url")
     return url
+
+
+def check_url_parts(url: str, setting: str) -> None:
+    """Refuse a URL whose host or port cannot be read (``host:notaport``, an unclosed ``[::1``),
+    naming ``setting``, with its passwords hidden.
+
+    Raises:
+        InvalidSetting: what was wrong, in the parser's words.
+    """
+    try:
+        urlsplit(url).port  # noqa: B018 - reading the port is the check
+    except ValueError as error:
+        raise InvalidSetting(setting, f"{shown(redact_url(url), 300)} is not a valid URL ({error})") from None
 
 
 # -- attrs validators, each naming its setting ----------------------------------------------------
@@ -236,15 +228,16 @@ def _redis_url(instance: object, attribute: attrs.Attribute, value: Any) -> None
 
 def _schema(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is not None and (not isinstance(value, str) or not SCHEMA_PATTERN.fullmatch(value)):
-        raise InvalidSetting("schema", f"must be 1-63 of letters, digits and '_', not starting with a digit, got {value!r}")
+        raise InvalidSetting("schema", f"must be 1-63 of letters, digits and '_', not starting with a digit, got {shown(value)}")
 
 
 def _int_between(low: int, high: int) -> Any:
     def check(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidSetting(attribute.name, f"must be an integer, got {value!r}")
+            raise InvalidSetting(attribute.name, f"must be an integer, got {shown(value)}")
         if not low <= value <= high:
-            raise InvalidSetting(attribute.name, f"must be from {low:,} to {high:,}, got {value:,}")
+            got = f"{value:,}" if value.bit_length() <= 133 else shown(value)
+            raise InvalidSetting(attribute.name, f"must be from {low:,} to {high:,}, got {got}")
 
     return check
 
@@ -253,10 +246,12 @@ def _seconds(*, allow_zero: bool = False, optional: bool = False) -> Any:
     def check(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InvalidSetting(attribute.name, f"must be a finite number of seconds, got {value!r}")
-        if value < 0 or (value == 0 and not allow_zero):
-            raise InvalidSetting(attribute.name, f"must be {'>= 0' if allow_zero else '> 0'} seconds, got {value}")
+        if isinstance(value, timedelta) or value is None:  # validate_seconds takes these; a setting does not
+            raise InvalidSetting(attribute.name, f"must be a finite number of seconds, got {shown(value)}")
+        try:
+            validate_seconds(value, attribute.name, allow_zero=allow_zero)
+        except ValidationError as error:
+            raise InvalidSetting(attribute.name, error.problem) from None
 
     return check
 
@@ -270,7 +265,7 @@ def _redis_prefix(instance: object, attribute: attrs.Attribute, value: Any) -> N
 
 def _redis_cluster(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if not isinstance(value, bool):
-        raise InvalidSetting("redis_cluster", f"must be true or false, got {value!r}")
+        raise InvalidSetting("redis_cluster", f"must be true or false, got {shown(value)}")
 
 
 def _listen(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
@@ -282,7 +277,7 @@ def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  
     if value is None:
         return
     if not isinstance(value, tuple) or not value:
-        raise InvalidSetting("queues", f"must name at least one queue, got {value!r}")
+        raise InvalidSetting("queues", f"must name at least one queue, got {shown(value)}")
     for queue in value:
         try:
             validate_queue(queue, "queues")
@@ -292,7 +287,7 @@ def _queues(instance: object, attribute: attrs.Attribute, value: Any) -> None:  
 
 def _log_level(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value not in LOG_LEVELS:
-        raise InvalidSetting("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        raise InvalidSetting("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {shown(value)}")
 
 
 def _log_format(instance: object, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
@@ -383,6 +378,8 @@ class Settings:
     metrics_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(_int_between(1, 65535)))
 
     def __attrs_post_init__(self) -> None:
+        if self.schema is not None and database_kind(self.database_url) == "sqlite":
+            raise InvalidSetting("schema", "SQLite has no schemas; leave it unset for sqlite:// URLs")
         if self.redis_cluster and self.redis_url is None:
             raise InvalidSetting("redis_cluster", "is on, but no redis_url names a node of the cluster")
         if self.listen and self.redis_url is not None:
@@ -454,7 +451,7 @@ def parse_switch(text: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{text!r} is not a switch")
+    raise ValueError(f"{shown(text)} is not a switch")
 
 
 def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
@@ -464,12 +461,12 @@ def _parse_env(cls: type[Settings], name: str, raw: str) -> Any:
         try:
             return parse_switch(raw)
         except ValueError:
-            raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a switch (use {SWITCH_WORDS})") from None
+            raise InvalidSetting(name, f"{env_name(name)}={shown(raw)} is not a switch (use {SWITCH_WORDS})") from None
     try:
         if kind in ("int", "int | None"):
             return int(raw.replace("_", ""))
         if kind in ("float", "float | None"):
             return float(raw)
     except ValueError:
-        raise InvalidSetting(name, f"{env_name(name)}={raw!r} is not a number") from None
+        raise InvalidSetting(name, f"{env_name(name)}={shown(raw)} is not a number") from None
     return raw

@@ -184,7 +184,7 @@ MINUS_5 = timezone(timedelta(hours=-5))
         (timedelta.max, "must be at most 3,155,760,000 seconds (100 years), got 8.64e+13"),
         (MAX_SECONDS + 1, "must be at most 3,155,760,000 seconds (100 years), got 3.15576e+09"),
         (timedelta(days=36_525, microseconds=1), "must be at most 3,155,760,000 seconds (100 years), got 3.15576e+09"),
-        (10**400, "must be a finite number of seconds, got 1000000000000000000000000000000000000000"),
+        (10**400, "must be a finite number of seconds, got an integer of 401 digits"),
     ],
     ids=["1e15", "timedelta.max", "max+1", "timedelta-max+1us", "huge-int"],
 )

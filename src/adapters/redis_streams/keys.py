@@ -24,9 +24,9 @@ smuggle a brace (another hash tag), a glob character or whitespace into a key.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from redis.crc import key_slot
+from tether.domain import redaction
 from tether.domain.errors import ValidationError
 from tether.domain.validation import validate_queue
 
@@ -113,26 +113,9 @@ class StreamKeys:
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (in the authority and in a ``password=`` query
-    parameter), for error messages and logs.  Text that does not parse is returned as ``<unparsable URL>``.
-
-    A lone userinfo (``redis://secret@host``) is hidden too, since some clients read it as a password.
-    """
-    try:
-        parts = urlsplit(url)
-        redacted = url
-        if "@" in parts.netloc:
-            userinfo, _, hostport = parts.netloc.rpartition("@")
-            user, sep, _password = userinfo.partition(":")
-            netloc = f"{user}:***@{hostport}" if sep else f"***@{hostport}"
-            redacted = redacted.replace(parts.netloc, netloc, 1)
-        if parts.query:
-            pairs = parse_qsl(parts.query, keep_blank_values=True)
-            if any(k.lower() == "password" for k, _ in pairs):
-                query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
-                redacted = redacted.replace("?" + parts.query, "?" + query, 1)
-        return redacted
-    except ValueError:
-        return "<unparsable URL>"
+    parameter), for error messages and logs: :func:`tether.domain.redaction.redact_url`, with a lone
+    userinfo (``redis://secret@host``) hidden too, since some clients read it as a password."""
+    return redaction.redact_url(url, bare_userinfo_is_secret=True)
 
 
 __all__ = [

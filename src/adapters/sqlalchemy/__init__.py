@@ -16,7 +16,8 @@ from tether.adapters.sqlalchemy.migrations import SCHEMA_VERSION
 from tether.adapters.sqlalchemy.postgres import PostgresJobRepository, normalize_postgres_url
 from tether.adapters.sqlalchemy.repository import SqlAlchemyJobRepository
 from tether.adapters.sqlalchemy.sqlite import SqliteJobRepository, cannot_open_problem, is_memory_url
-from tether.domain.errors import ConfigurationError, StorageUnavailable
+from tether.domain.errors import ConfigurationError, StorageUnavailable, TetherError
+from tether.domain.redaction import redact_url
 
 POSTGRES_SCHEMES = ("postgresql", "postgresql+psycopg", "postgres")
 
@@ -120,8 +121,11 @@ def open_repository(
                 f"database_url: {shown!r} is not a supported database URL "
                 "(use sqlite:///path.db, sqlite:///:memory: or postgresql+psycopg://user@host/db)"
             )
-    except sa_exc.ArgumentError as error:
-        raise ConfigurationError(f"database_url: cannot parse it ({error})") from None
+    except TetherError:
+        raise
+    except (sa_exc.ArgumentError, ValueError) as error:  # a bad port or host raises a bare ValueError
+        problem = str(error).splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigurationError(f"database_url: cannot parse {redact_url(text_url)!r} ({problem})") from None
     except ModuleNotFoundError as error:
         raise ConfigurationError(f"database_url: the driver for {scheme!r} is not installed ({error.name})") from None
     try:

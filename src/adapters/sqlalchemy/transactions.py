@@ -33,6 +33,7 @@ from tether.adapters.log_limits import RateLimitedLog
 from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
 from tether.adapters.sqlalchemy.row_faults import SkippedRows
 from tether.domain.errors import StorageRowError, StorageUnavailable, TetherError, ValidationError
+from tether.domain.redaction import redact_url
 
 log = logging.getLogger("tether.adapters.sqlalchemy")
 
@@ -131,8 +132,9 @@ class SqlTransactions:
 
     @property
     def safe_url(self) -> str:
-        """The database URL with its password hidden, for messages."""
-        return self.engine.url.render_as_string(hide_password=True)
+        """The database URL with its passwords hidden (the authority's and a ``password=`` query
+        parameter's), for messages and logs."""
+        return redact_url(self.engine.url.render_as_string(hide_password=True))
 
     # -- our own transactions and retries --------------------------------------------------------
     def _guard(self) -> AbstractContextManager[Any]:

@@ -15,8 +15,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from tether.domain.errors import TetherError, ValidationError
+from tether.domain.errors import TetherError, ValidationError, shown
 from tether.domain.limits import int_digit_limit
+from tether.domain.payload import MAX_DEPTH
 from tether.domain.validation import prepare_job
 from tether.domain.workers import REDIS_DISPATCH
 from tether.entrypoints.cli.options import (
@@ -44,6 +45,8 @@ def parse_payload(text: str) -> Any:
         raise ValidationError("payload", f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError:  # an integer longer than Python's int-to-str digit limit
         raise ValidationError("payload", f"holds an integer of more than {int_digit_limit():,} digits") from None
+    except RecursionError:  # nested past the parser's stack long before the payload's own limit
+        raise ValidationError("payload", f"nests deeper than {MAX_DEPTH} levels") from None
 
 
 def parse_run_at(text: str | None) -> datetime | None:
@@ -56,9 +59,10 @@ def parse_run_at(text: str | None) -> datetime | None:
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ValidationError("run_at", f"{text!r} is not an ISO 8601 date-time such as 2026-05-01T09:30:00Z") from None
+        raise ValidationError("run_at", f"{shown(text)} is not an ISO 8601 date-time such as 2026-05-01T09:30:00Z") from None
     if value.tzinfo is None:
-        raise ValidationError("run_at", f"{text!r} has no UTC offset; add one, e.g. {text}Z or {text}+02:00")
+        example = text if len(text) <= 40 and text.isprintable() else "2026-05-01T09:30:00"
+        raise ValidationError("run_at", f"{shown(text)} has no UTC offset; add one, e.g. {example}Z or {example}+02:00")
     return value
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 from tether.domain.errors import ServiceUnavailable, TetherError
+from tether.entrypoints.cli.output import printable
 from tether.entrypoints.cli.values import describe_usage_error
 from typer.core import TyperGroup
 
@@ -30,7 +31,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     Raises:
         SystemExit: always, with ``code``.
     """
-    text = " ".join(str(message).split())
+    text = printable(" ".join(str(message).split()))
     print(f"tether: error: {text}", file=sys.stderr)
     sys.exit(code)
 

@@ -28,6 +28,7 @@ from tether.entrypoints.cli.output import (
     explanation_to_dict,
     job_to_dict,
     print_json,
+    printable,
     short_time,
     stdout,
 )
@@ -89,12 +90,12 @@ def jobs_list(
     for job in jobs:
         table.add_row(
             str(job.id),
-            job.job_type,
-            job.queue,
+            printable(job.job_type),
+            printable(job.queue),
             job.status.value,
             f"{job.attempts}/{job.max_attempts}",
             job.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
-            job.last_error or "",
+            printable(job.last_error or ""),
         )
     stdout().print(table)
     stdout().print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
@@ -125,14 +126,15 @@ def jobs_show(
     table.add_column(overflow="fold")
     for key, value in data.items():
         if key not in ("payload", "history"):
-            table.add_row(key, "" if value is None else str(value))
-    table.add_row("payload", json.dumps(data["payload"], indent=2, ensure_ascii=False))
+            table.add_row(key, "" if value is None else printable(str(value)))
+    payload_lines = json.dumps(data["payload"], indent=2, ensure_ascii=False).splitlines()
+    table.add_row("payload", "\n".join(printable(line) for line in payload_lines))
     console = stdout()
     console.print(table)
     if job.history:
         console.print(f"history: {len(job.history)} attempt(s), oldest first, times UTC (at most {HISTORY_LIMIT} kept)")
         for attempt in job.history:
-            console.print("  " + attempt_line(attempt), markup=False)
+            console.print("  " + printable(attempt_line(attempt)), markup=False)
     else:
         console.print("history: no attempt has ended yet")
 
@@ -156,13 +158,13 @@ def jobs_why(
     if as_json:
         print_json(explanation_to_dict(explanation))
         return
-    print(f"job {explanation.job_id}: {explanation.verdict}")
+    print(f"job {explanation.job_id}: {printable(explanation.verdict)}")
     capped = explanation.fact("due_ahead_capped") is True
     for fact in explanation.facts:
         if fact.name == "due_ahead_capped":
             continue
         text = f"{fact.value:,}+" if fact.name == "due_ahead" and capped else _fact_text(fact.value)
-        print(f"  {fact.name + ':':<21}{text}")
+        print(f"  {fact.name + ':':<21}{printable(text)}")
 
 
 def _fact_text(value: Any) -> str:

@@ -1,5 +1,12 @@
 """What the ``tether`` commands print: the stdout console, JSON, times, and jobs, worker entries and
-explanations as JSON-ready data."""
+explanations as JSON-ready data.
+
+Text read from the store (idempotency keys, payloads, last errors, worker entries) was written by
+someone else and may hold anything UTF-8 can: escape sequences, a right-to-left override, line
+breaks, Rich markup.  The console reads no markup (:func:`stdout`), and every such text goes
+through :func:`printable` on its way to the terminal, so it is shown, never obeyed.  JSON output
+(``--json``) is left as it is: JSON escapes the C0 controls, and a program reads it.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +27,21 @@ PIPE_WIDTH = 400
 
 
 def stdout() -> Console:
-    """A console on the current stdout (made per call, so CliRunner's capture and COLUMNS apply)."""
-    console = Console(highlight=False, soft_wrap=True)
+    """A console on the current stdout (made per call, so CliRunner's capture and COLUMNS apply);
+    it reads no Rich markup, so ``[red]`` in a stored key is printed as it is."""
+    console = Console(highlight=False, soft_wrap=True, markup=False)
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = PIPE_WIDTH
     return console
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (C0 and C1 controls such as ESC and
+    CSI, line breaks, tabs, bidirectional overrides and other format characters) written as its
+    Python escape (``\\x1b``, ``\\n``, ``\\u202e``); printable text is returned as it is."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def print_json(value: Any) -> None:
@@ -139,6 +156,7 @@ __all__ = [
     "iso",
     "job_to_dict",
     "print_json",
+    "printable",
     "short_time",
     "stdout",
     "worker_to_dict",

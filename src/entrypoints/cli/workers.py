@@ -11,7 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 from tether.entrypoints.cli.options import AsJson, DatabaseUrl, Schema, load_settings, open_app
-from tether.entrypoints.cli.output import print_json, short_time, stdout, worker_to_dict
+from tether.entrypoints.cli.output import print_json, printable, short_time, stdout, worker_to_dict
 from tether.entrypoints.cli.values import FlagNamingCommand
 
 workers_app = typer.Typer(help="Look at the worker pools the store knows.", no_args_is_help=True, rich_markup_mode=None)
@@ -51,15 +51,15 @@ def workers_list(
     table.add_column("last seen (UTC)", no_wrap=True)
     for w in workers:
         table.add_row(
-            w.worker_id,
+            printable(w.worker_id),
             w.status,
-            w.host,
+            printable(w.host),
             str(w.pid),
-            "all" if w.queues is None else ", ".join(w.queues),
-            ", ".join(w.job_types) or "none",
+            "all" if w.queues is None else printable(", ".join(w.queues)),
+            printable(", ".join(w.job_types)) or "none",
             str(w.concurrency),
-            w.dispatcher,
-            w.version,
+            printable(w.dispatcher),
+            printable(w.version),
             short_time(w.started_at),
             short_time(w.last_seen_at),
         )

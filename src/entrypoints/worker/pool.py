@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from tether.adapters.log_limits import RateLimitedLog
-from tether.domain.errors import ValidationError
+from tether.domain.errors import ValidationError, shown
 from tether.domain.job import JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.domain.schedules import Schedule
@@ -137,7 +137,7 @@ class WorkerPool:
         self.concurrency = validate_int(concurrency, "concurrency", 1, 1024)
         if queues is not None:
             if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
-                raise ValidationError("queues", f"must be a non-empty list of queue names or None, got {queues!r}")
+                raise ValidationError("queues", f"must be a non-empty list of queue names or None, got {shown(queues)}")
             queues = list(dict.fromkeys(validate_queue(q, f"queues[{i}]") for i, q in enumerate(queues)))
         self.queues: list[str] | None = queues
         self.lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)

@@ -403,3 +403,31 @@ class RetryContract(ContractSupport):
         # the idempotency key is free again
         again = repository.enqueue(self.new_job(clock, idempotency_key="order-1"), now=later)
         assert again.created and again.job.id not in (done.id, dead.id)
+
+    def test_purge_frees_the_idempotency_keys_of_completed_dead_and_cancelled_jobs(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        t0 = clock.now()
+        done = self.add(repository, clock, {"v": "old"}, idempotency_key="key-done")
+        dead = self.add(repository, clock, {"v": "old"}, idempotency_key="key-dead")
+        cancelled = self.add(repository, clock, {"v": "old"}, idempotency_key="key-cancelled")
+        waiting = self.add(repository, clock, {"v": "old"}, idempotency_key="key-waiting")
+        leases = {j.id: j for j in repository.lease(queues=None, worker_id="w", now=t0, lease_timeout=3600, limit=2)}
+        assert set(leases) == {done.id, dead.id}
+        repository.complete(done.id, self.token_of(leases[done.id]), now=t0)
+        repository.dead_letter(dead.id, self.token_of(leases[dead.id]), now=t0, error="E")
+        repository.cancel(cancelled.id, now=t0)
+        later = self.at(clock, t0, 60)
+        keys = ("key-done", "key-dead", "key-cancelled", "key-waiting")
+        # before the purge each key still names its finished job
+        for key, old in zip(keys, (done, dead, cancelled, waiting), strict=True):
+            held = repository.enqueue(self.new_job(clock, {"v": "new"}, idempotency_key=key), now=later)
+            assert not held.created and held.job.id == old.id
+        assert repository.purge(older_than=later) == 3
+        fresh = {key: repository.enqueue(self.new_job(clock, {"v": "new"}, idempotency_key=key), now=later) for key in keys}
+        for key in keys[:3]:
+            result = fresh[key]
+            assert result.created and result.job.id > waiting.id, key
+            assert (result.job.status, result.job.attempts, result.job.payload) == (JobStatus.QUEUED, 0, {"v": "new"})
+            assert repository.find_by_key(key) == result.job
+        assert not fresh["key-waiting"].created and fresh["key-waiting"].job.id == waiting.id  # not finished: still held
