@@ -147,6 +147,9 @@ class SqlAlchemyJobRepository(
     def close(self) -> None:
         """Dispose of the connection pool; the repository is unusable afterwards."""
         self._closed = True
+        drivers = self.__dict__.get("_drivers")
+        if drivers is not None:
+            drivers.close()
         self.engine.dispose()
 
 
