@@ -6,6 +6,7 @@ has no commit hook, never runs the after-commit callback."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,3 +146,29 @@ def test_a_scoped_session_joins_its_current_session_and_announces_after_commit(p
     finally:
         session.remove()
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_threads_each_lending_their_own_psycopg_connection_store_every_job_once(pg_app: Tether) -> None:
+    before = _total(pg_app)
+    errors: list[BaseException] = []
+
+    def produce(n: int) -> None:
+        try:
+            with psycopg.connect(LIBPQ_URL) as raw:
+                for i in range(20):
+                    pg_app.enqueue("emails.send", {"thread": n, "i": i}, connection=raw)
+                    if i % 2:
+                        raw.commit()
+                    else:
+                        raw.rollback()
+        except BaseException as error:  # noqa: BLE001  # reported by the assert below
+            errors.append(error)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert _total(pg_app) == before + 6 * 10

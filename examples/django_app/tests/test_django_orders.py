@@ -147,3 +147,28 @@ def test_tether_worker_with_a_bad_option_exits_2_naming_it() -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert "concurrency" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_arguments_that_are_not_json_are_refused_and_nothing_is_stored() -> None:
+    from orders.tasks import send_confirmation
+    from tether import PayloadError
+    from tether.contrib.django.conf import get_app
+
+    before = sum(get_app().counts().values())
+    with pytest.raises(PayloadError):
+        send_confirmation.enqueue({1, 2})
+    assert sum(get_app().counts().values()) == before
+
+
+@pytest.mark.parametrize(
+    ("tether", "named"),
+    [({"BOGUS": 1}, "TETHER['BOGUS']"), ({"DATABASE": "nope"}, "TETHER['DATABASE']"), ({"WORKER": []}, "TETHER['WORKER']")],
+)
+def test_bad_tether_settings_are_refused_naming_the_key(tether: dict, named: str) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+    from tether.contrib.django.conf import get_app
+
+    with override_settings(TETHER=tether), pytest.raises(ImproperlyConfigured) as caught:
+        get_app()
+    assert named in str(caught.value)
