@@ -172,3 +172,29 @@ def test_threads_each_lending_their_own_psycopg_connection_store_every_job_once(
         thread.join()
     assert errors == []
     assert _total(pg_app) == before + 6 * 10
+
+
+def test_a_sqlite3_connection_with_its_own_row_factory_still_enqueues(sqlite_app: tuple[Tether, Path]) -> None:
+    app, path = sqlite_app
+    raw = sqlite3.connect(path)
+    raw.row_factory = lambda cursor, row: dict(zip([c[0] for c in cursor.description], row, strict=True))
+    job = app.enqueue("emails.send", {"n": 1}, idempotency_key="rf", connection=raw).job
+    again = app.enqueue("emails.send", {"n": 1}, idempotency_key="rf", connection=raw)
+    raw.commit()
+    assert again.job.id == job.id and not again.created
+    assert app.get(job.id).payload == {"n": 1}
+    assert raw.execute("SELECT 1 AS one").fetchone() == {"one": 1}  # the caller's factory is left alone
+    raw.close()
+
+
+@pytest.mark.postgres
+def test_a_psycopg_connection_with_dict_rows_still_enqueues(pg_app: Tether) -> None:
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(LIBPQ_URL, row_factory=dict_row) as raw:
+        job = pg_app.enqueue("emails.send", {"rows": "dict"}, idempotency_key="dict-rows", connection=raw).job
+        again = pg_app.enqueue("emails.send", {"rows": "dict"}, idempotency_key="dict-rows", connection=raw)
+        raw.commit()
+        assert again.job.id == job.id and not again.created
+        assert raw.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+    assert pg_app.get(job.id).payload == {"rows": "dict"}

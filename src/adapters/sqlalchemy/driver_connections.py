@@ -36,15 +36,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+from psycopg.rows import tuple_row
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 from tether.domain.errors import ValidationError
-
-try:  # psycopg is a core dependency; its absence only means no psycopg connection can be passed
-    import psycopg
-except ImportError:  # pragma: no cover
-    psycopg = None  # type: ignore[assignment]
 
 #: The driver each dialect's raw connections come from.
 _DRIVER_OF_DIALECT = {"postgresql": "psycopg", "sqlite": "sqlite3"}
@@ -60,7 +57,7 @@ def driver_of(connection: Any) -> str | None:
     """
     if isinstance(connection, sqlite3.Connection):
         return "sqlite3"
-    if psycopg is not None and isinstance(connection, psycopg.Connection):
+    if isinstance(connection, psycopg.Connection):
         return "psycopg"
     return None
 
@@ -72,11 +69,24 @@ class _Borrowed:
     def __init__(self, lent: threading.local) -> None:
         self._lent = lent
 
-    def __getattr__(self, name: str) -> Any:
+    def _target(self) -> Any:
         target = getattr(self._lent, "connection", None)
         if target is None:
             raise RuntimeError("no driver connection is lent to this thread")
-        return getattr(target, name)
+        return target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        """A cursor of the lent connection that returns plain tuples, whatever row factory the
+        caller set on the connection (SQLAlchemy reads rows by position)."""
+        target = self._target()
+        if isinstance(target, sqlite3.Connection):
+            cursor = target.cursor(*args, **kwargs)
+            cursor.row_factory = None
+            return cursor
+        return target.cursor(*args, row_factory=tuple_row, **kwargs)
 
     def commit(self) -> None:
         """The caller commits its own transaction."""
