@@ -52,13 +52,13 @@ def postgres_env(schema: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_the_django_example_passes_its_tests_on_sqlite() -> None:
-    assert run_example("django_app").startswith("11 passed")
+    assert run_example("django_app").startswith("12 passed")
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_the_django_example_passes_its_tests_on_postgres() -> None:
-    assert run_example("django_app", **postgres_env("django_example")).startswith("11 passed")
+    assert run_example("django_app", **postgres_env("django_example")).startswith("12 passed")
 
 
 @pytest.mark.slow

@@ -172,3 +172,22 @@ def test_bad_tether_settings_are_refused_naming_the_key(tether: dict, named: str
     with override_settings(TETHER=tether), pytest.raises(ImproperlyConfigured) as caught:
         get_app()
     assert named in str(caught.value)
+
+
+def test_workers_are_woken_after_the_commit_not_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import transaction
+    from orders.tasks import send_confirmation
+    from tether.contrib.django.conf import get_app
+
+    dispatcher = get_app().dispatcher
+    told: list[list[int]] = []
+    monkeypatch.setattr(dispatcher, "notify", lambda jobs: told.append([job.id for job in jobs]))
+    with transaction.atomic():
+        result = send_confirmation.enqueue(0)
+        assert told == []
+    assert told == [[int(result.id)]]
+    with transaction.atomic():
+        send_confirmation.enqueue(0)
+        transaction.set_rollback(True)
+    assert told == [[int(result.id)]]
+    get_app().cancel(int(result.id))
