@@ -34,6 +34,7 @@ from sqlalchemy import MetaData, inspect
 from sqlalchemy.engine import Connection, Engine
 from tether.adapters.sqlalchemy import migrations
 from tether.adapters.sqlalchemy.cancellation import SqlCancellation
+from tether.adapters.sqlalchemy.driver_connections import DriverConnections
 from tether.adapters.sqlalchemy.enqueue import SqlEnqueue
 from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
@@ -87,6 +88,8 @@ class SqlAlchemyJobRepository(
         self._serial = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._closed = False
+        table_name = self.table.name if schema is None else f'"{schema}".{self.table.name}'
+        self._drivers = DriverConnections(engine, table_name=table_name, sqlite_path=getattr(self, "path", None))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.safe_url!r}, schema={self.schema!r})"
@@ -147,9 +150,7 @@ class SqlAlchemyJobRepository(
     def close(self) -> None:
         """Dispose of the connection pool; the repository is unusable afterwards."""
         self._closed = True
-        drivers = self.__dict__.get("_drivers")
-        if drivers is not None:
-            drivers.close()
+        self._drivers.close()
         self.engine.dispose()
 
 

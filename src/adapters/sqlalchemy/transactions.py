@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -52,7 +51,6 @@ def _log_transient(message: str, *args: object) -> None:
 
 T = TypeVar("T")
 
-_drivers_lock = threading.Lock()
 
 
 class _UnknownOutcome(Exception):
@@ -81,6 +79,8 @@ class SqlTransactions:
     #: Hot-path statements built once, run with parameters.
     _statements: dict[Any, Any]
     _closed: bool
+    #: Lends callers' driver connections (psycopg, sqlite3) to this repository's statements.
+    _drivers: DriverConnections
 
     #: Attempts of an operation hit by a transient storage error before StorageUnavailable.
     retry_attempts: int = 6
@@ -242,18 +242,6 @@ class SqlTransactions:
             return False
         return (ours.host, ours.port, ours.database) == (theirs.host, theirs.port, theirs.database)
 
-    def _driver_connections(self) -> DriverConnections:
-        """The lender of callers' driver connections (built on first use)."""
-        drivers: DriverConnections | None = self.__dict__.get("_drivers")
-        if drivers is None:
-            with _drivers_lock:
-                drivers = self.__dict__.get("_drivers")
-                if drivers is None:
-                    name = self.table.name if self.schema is None else f'"{self.schema}".{self.table.name}'
-                    drivers = DriverConnections(self.engine, table_name=name, sqlite_path=getattr(self, "path", None))
-                    self.__dict__["_drivers"] = drivers
-        return drivers
-
     def _caller_connection(self, connection: Any) -> AbstractContextManager[Connection] | None:
         """The Connection to run on for ``connection=`` (None: use our own transaction), as a
         context manager: a driver connection is lent for the block's length only."""
@@ -266,7 +254,7 @@ class SqlTransactions:
         elif isinstance(connection, Connection):
             conn = connection
         elif driver_of(connection) is not None:
-            return self._driver_connections().borrow(connection)
+            return self._drivers.borrow(connection)
         else:
             raise ValidationError(
                 "connection",
