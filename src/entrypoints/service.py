@@ -293,9 +293,12 @@ class Tether(JobControl, PeriodicSchedules, AsyncApi):
             max_attempts: 1-10,000; default: the handler's, else ``default_max_attempts``.
             idempotency_key: 1-255 characters; an existing job with this key is returned
                 unchanged with ``created=False``.
-            connection: join this transaction (``app.transaction()``'s handle, or a SQLAlchemy
-                ``Connection``/``Session`` for SQL repositories); the dispatcher hears of the job
-                only after it commits, and a rollback leaves nothing.
+            connection: join this transaction (``app.transaction()``'s handle; for SQL
+                repositories a SQLAlchemy ``Connection``, ``Session`` or ``scoped_session``, or a
+                psycopg 3 ``Connection`` / ``sqlite3.Connection`` on the repository's database);
+                the dispatcher hears of the job only after it commits, and a rollback leaves
+                nothing.  A driver connection has no commit hook: its jobs are found by the next
+                poll or sweep instead of an immediate wake-up.
 
         Returns:
             :class:`~tether.domain.job.EnqueueResult` (``.job``, ``.created``).

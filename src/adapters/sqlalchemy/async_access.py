@@ -39,18 +39,20 @@ async def run_on_caller(
     if isinstance(connection, AsyncSession):
 
         def on_session(session: Session) -> T:
-            conn = repository._caller_connection(session)  # checks the database
-            assert conn is not None
-            return run_bound(conn, lambda: call(session))
+            joined = repository._caller_connection(session)  # checks the database
+            assert joined is not None
+            with joined as conn:
+                return run_bound(conn, lambda: call(session))
 
         return await connection.run_sync(on_session)
     if connection.closed or connection.sync_connection is None:
         raise ValidationError("connection", "that AsyncConnection is closed or was never started")
 
     def on_connection(sync: Connection) -> T:
-        conn = repository._caller_connection(sync)  # checks the database
-        assert conn is not None
-        return run_bound(conn, lambda: call(conn))
+        joined = repository._caller_connection(sync)  # checks the database
+        assert joined is not None
+        with joined as conn:
+            return run_bound(conn, lambda: call(conn))
 
     return await connection.run_sync(on_connection)
 

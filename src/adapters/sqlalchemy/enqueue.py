@@ -78,9 +78,9 @@ class SqlEnqueue(SqlTransactions):
         """Store one job; see :meth:`JobRepository.enqueue`.  Raises StorageUnavailable, ValidationError."""
         now = ensure_utc(now, "now")
         ensure_utc(new_job.scheduled_at, "scheduled_at")
-        conn = self._caller_connection(connection)
-        if conn is not None:
-            return self._on_caller(conn, "enqueue a job", lambda c: self._insert_one(c, new_job, now))
+        joined = self._caller_connection(connection)
+        if joined is not None:
+            return self._on_caller(joined, "enqueue a job", lambda c: self._insert_one(c, new_job, now))
         if new_job.idempotency_key is not None:  # idempotent: safe to repeat
             return self._write("enqueue a job", lambda c: self._insert_one(c, new_job, now), single=True)
         try:
@@ -171,9 +171,9 @@ class SqlEnqueue(SqlTransactions):
                 ensure_utc(new_job.scheduled_at, "scheduled_at")
         if not new_jobs:
             return []
-        conn = self._caller_connection(connection)
-        if conn is not None:
-            return self._on_caller(conn, "enqueue jobs", lambda c: self._insert_many(c, new_jobs, now))
+        joined = self._caller_connection(connection)
+        if joined is not None:
+            return self._on_caller(joined, "enqueue jobs", lambda c: self._insert_many(c, new_jobs, now))
         if all(n.idempotency_key is not None for n in new_jobs):
             return self._write("enqueue jobs", lambda c: self._insert_many(c, new_jobs, now))
         try:

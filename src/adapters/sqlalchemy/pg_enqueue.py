@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -83,7 +84,7 @@ class PgEnqueue(PgWakeups):
                 sql = self._statements["insert_driver_notify"] = notifying_insert(self._statements["insert_driver"])
             params = (*params, self.wakeup_channel)
         if bound is not None:  # the async API: the same statement on its bound connection
-            job_id = self._on_caller(bound, "enqueue a job", lambda c: c.exec_driver_sql(sql, params).scalar_one())
+            job_id = self._on_caller(nullcontext(bound), "enqueue a job", lambda c: c.exec_driver_sql(sql, params).scalar_one())
             return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
         try:
             [(job_id, *_)] = self._driver_once("enqueue a job", sql, params)

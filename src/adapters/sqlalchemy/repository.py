@@ -38,6 +38,7 @@ from sqlalchemy import MetaData, inspect
 from sqlalchemy.engine import Connection, Engine
 from tether.adapters.sqlalchemy import migrations
 from tether.adapters.sqlalchemy.cancellation import SqlCancellation
+from tether.adapters.sqlalchemy.driver_connections import DriverConnections
 from tether.adapters.sqlalchemy.enqueue import SqlEnqueue
 from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
@@ -101,6 +102,8 @@ class SqlAlchemyJobRepository(
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._skipped = SkippedRows()  # jobs whose rows failed a batch alone, left out of batches for a while
         self._closed = False
+        table_name = self.table.name if schema is None else f'"{schema}".{self.table.name}'
+        self._drivers = DriverConnections(engine, table_name=table_name, sqlite_path=getattr(self, "path", None))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.safe_url!r}, schema={self.schema!r})"
@@ -161,6 +164,7 @@ class SqlAlchemyJobRepository(
     def close(self) -> None:
         """Dispose of the connection pool; the repository is unusable afterwards."""
         self._closed = True
+        self._drivers.close()
         self.engine.dispose()
 
 

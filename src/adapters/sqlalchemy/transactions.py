@@ -10,9 +10,11 @@ share (engine, table, the cache of hot-path statements) and runs their work:
 - :meth:`~SqlTransactions._write_once` retries only what surely rolled back; when the connection
   dies while the COMMIT (or a one-statement write in autocommit) is under way, it raises
   :class:`_UnknownOutcome` and the caller reads the row back to learn what happened;
-- ``connection=`` arguments join the caller's own transaction (a SQLAlchemy ``Connection`` or
-  ``Session`` on the same database), never retried there, and :meth:`~SqlTransactions.on_commit`
-  runs callbacks after it commits (:mod:`.commit_hooks`).
+- ``connection=`` arguments join the caller's own transaction (a SQLAlchemy ``Connection``,
+  ``Session`` or ``scoped_session``, or a driver connection: psycopg 3 or sqlite3, see
+  :mod:`.driver_connections`) on the same database, never retried there, and
+  :meth:`~SqlTransactions.on_commit` runs callbacks after it commits (:mod:`.commit_hooks`; a
+  driver connection has no such hook, see :meth:`~SqlTransactions.on_commit`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from typing import Any, TypeVar
 from sqlalchemy import MetaData, Table
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 from tether.adapters.log_limits import RateLimitedLog
 from tether.adapters.sqlalchemy.commit_hooks import on_connection_commit, on_session_commit, run_safely
+from tether.adapters.sqlalchemy.driver_connections import DriverConnections, driver_of
 from tether.adapters.sqlalchemy.row_faults import SkippedRows
 from tether.domain.errors import StorageRowError, StorageUnavailable, TetherError, ValidationError
 from tether.domain.redaction import redact_url
@@ -50,6 +53,7 @@ def _log_transient(message: str, *args: object) -> None:
 
 
 T = TypeVar("T")
+
 
 
 class _UnknownOutcome(Exception):
@@ -121,6 +125,8 @@ class SqlTransactions:
     _statements: dict[Any, Any]
     _skipped: SkippedRows
     _closed: bool
+    #: Lends callers' driver connections (psycopg, sqlite3) to this repository's statements.
+    _drivers: DriverConnections
 
     #: Attempts of an operation hit by a transient storage error before StorageUnavailable.
     retry_attempts: int = 6
@@ -294,11 +300,15 @@ class SqlTransactions:
             return False
         return (ours.host, ours.port, ours.database) == (theirs.host, theirs.port, theirs.database)
 
-    def _caller_connection(self, connection: Any) -> Connection | None:
+    def _caller_connection(self, connection: Any) -> AbstractContextManager[Connection] | None:
         """The Connection to run on for ``connection=`` (None: use our own transaction; the
-        bound connection of :func:`run_bound` counts as the caller's)."""
+        bound connection of :func:`run_bound` counts as the caller's), as a context manager: a
+        driver connection is lent for the block's length only."""
         if connection is None:
-            return bound_connection()
+            bound = bound_connection()
+            return None if bound is None else nullcontext(bound)
+        if isinstance(connection, scoped_session):
+            connection = connection()  # the Session of the current scope (Flask-SQLAlchemy's db.session)
         if isinstance(connection, Session):
             conn = connection.connection()
         elif isinstance(connection, Connection):
@@ -307,10 +317,13 @@ class SqlTransactions:
             raise ValidationError(
                 "connection", f"an {type(connection).__name__} joins through the async API (await app.aenqueue(...))"
             )
+        elif driver_of(connection) is not None:
+            return self._drivers.borrow(connection)
         else:
             raise ValidationError(
                 "connection",
-                f"must be a SQLAlchemy Connection or Session (or repository.transaction()), got {type(connection).__name__}",
+                "must be a SQLAlchemy Connection, Session or scoped_session, a psycopg Connection or a "
+                f"sqlite3.Connection (or repository.transaction()), got {type(connection).__name__}",
             )
         if conn.closed or conn.invalidated:
             raise ValidationError("connection", "that connection is closed or invalidated")
@@ -320,12 +333,13 @@ class SqlTransactions:
                 f"is on {conn.engine.url.render_as_string(hide_password=True)}, not on this repository's database "
                 f"{self.safe_url}",
             )
-        return conn
+        return nullcontext(conn)
 
-    def _on_caller(self, conn: Connection, doing: str, work: Callable[[Connection], T]) -> T:
+    def _on_caller(self, joined: AbstractContextManager[Connection], doing: str, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in the caller's transaction: no retries (the transaction is theirs)."""
         try:
-            return work(conn)
+            with joined as conn:
+                return work(conn)
         except sa_exc.DBAPIError as error:
             raise self._unavailable(error, doing) from error
 
@@ -333,9 +347,13 @@ class SqlTransactions:
         """Run ``callback`` after ``connection``'s transaction commits; never after a rollback.
 
         ``connection`` is None (run at once, or at the commit of the bound connection of
-        :func:`run_bound`), a Session, a Connection, or the handle of
-        :meth:`transaction`.  A callback that raises is logged and ignored.
+        :func:`run_bound`), a Session, a scoped_session, a Connection, or the handle of
+        :meth:`transaction`.  A callback that raises is logged and ignored.  A driver connection
+        (psycopg, sqlite3) has no hook after its COMMIT: the callback is dropped (never run before
+        the commit, when the job could not be seen yet), and the next poll or sweep finds the job.
         """
+        if isinstance(connection, scoped_session):
+            connection = connection()
         bound = _bound.get() if connection is None else None
         if bound is not None:
             connection, after_commit = bound
@@ -344,13 +362,17 @@ class SqlTransactions:
                 return
         if connection is None:
             run_safely(callback)
+        elif driver_of(connection) is not None:
+            log.debug("no commit hook on a %s connection: the next poll or sweep finds the job", driver_of(connection))
         elif isinstance(connection, Session):
             on_session_commit(connection, callback)
         elif isinstance(connection, Connection):
             on_connection_commit(connection, callback)
         else:
             raise ValidationError(
-                "connection", f"must be a SQLAlchemy Connection or Session, got {type(connection).__name__}"
+                "connection",
+                "must be a SQLAlchemy Connection, Session or scoped_session, a psycopg Connection or a "
+                f"sqlite3.Connection, got {type(connection).__name__}",
             )
 
 

@@ -1,0 +1,1 @@
+"""Orders: placing one enqueues its confirmation in the same transaction."""

@@ -1,0 +1,5 @@
+"""Tether inside web frameworks: one optional package per framework (``tether[django]``, ``tether[flask]``).
+
+Each builds its :class:`~tether.Tether` app through ``tether.connect`` (the composition root) and
+never imports an adapter; nothing here is imported by the core.
+"""
