@@ -1,0 +1,1 @@
+"""Integrations of Tether with web frameworks, each behind an extra (``tether[fastapi]``, ...)."""
