@@ -83,7 +83,8 @@ def tether_lifespan(
     Raises:
         ConfigurationError: at once, ``source`` is neither a ``Tether`` nor callable, a worker
             option is unknown or given without ``worker=True``, or ``lifespan`` is not callable;
-            at startup, ``source`` returned something else than a ``Tether``.
+            at startup, ``source`` returned something else than a ``Tether``, or is a ``Tether``
+            object closed by a previous shutdown.
         ValidationError: at startup, a bad worker option value (naming it), from :meth:`Tether.worker`.
     """
     if not isinstance(source, Tether) and not callable(source):
@@ -98,8 +99,17 @@ def tether_lifespan(
     if worker_options and not worker:
         raise ConfigurationError(f"{min(worker_options)}: a worker option needs worker=True")
 
+    started = False
+
     @asynccontextmanager
     async def tether_lifespan_of(api: Any) -> AsyncIterator[dict[str, Any]]:
+        nonlocal started
+        if isinstance(source, Tether) and started:
+            raise ConfigurationError(
+                "tether_lifespan: the Tether object it was given was closed at the previous shutdown; "
+                "pass a function that returns a new one (e.g. lambda: tether.connect(...))"
+            )
+        started = True
         tether = await _open(source)
         pool: WorkerPool | None = None
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ import httpx
 import pytest
 import tether
 from asgi_lifespan import LifespanManager
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, WebSocket
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from tether.contrib.fastapi import TetherDep, get_tether, tether_lifespan
 from tether.domain.errors import ConfigurationError, ValidationError
@@ -25,8 +26,6 @@ from tether.domain.job import JobStatus
 
 from tests.conftest import wait_for
 from tests.postgres_fixtures import DATABASE_URL, schema_name, server_engine
-
-pytestmark = pytest.mark.asyncio
 
 
 class Opened:
@@ -69,6 +68,7 @@ async def serving(api: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
             yield client
 
 
+@pytest.mark.asyncio
 async def test_the_lifespan_opens_tether_the_endpoint_enqueues_and_shutdown_closes_it(tmp_path: Path) -> None:
     opened = Opened(tmp_path / "jobs.db")
     api = build_api(tether_lifespan(opened))
@@ -87,6 +87,7 @@ async def test_the_lifespan_opens_tether_the_endpoint_enqueues_and_shutdown_clos
         assert again.get(job.id).status is JobStatus.QUEUED
 
 
+@pytest.mark.asyncio
 async def test_each_startup_builds_a_new_app_from_the_factory(tmp_path: Path) -> None:
     opened = Opened(tmp_path / "jobs.db")
     api = build_api(tether_lifespan(opened))
@@ -98,6 +99,7 @@ async def test_each_startup_builds_a_new_app_from_the_factory(tmp_path: Path) ->
         assert again.counts()[JobStatus.QUEUED] == 2
 
 
+@pytest.mark.asyncio
 async def test_a_users_lifespan_runs_inside_with_tether_open_and_its_state_is_kept(tmp_path: Path) -> None:
     opened = Opened(tmp_path / "jobs.db")
     events: list[str] = []
@@ -124,6 +126,7 @@ async def test_a_users_lifespan_runs_inside_with_tether_open_and_its_state_is_ke
         assert sorted(job.job_type for job in again.list()) == ["shutdown.ping", "startup.ping"]
 
 
+@pytest.mark.asyncio
 async def test_an_async_factory_and_a_tether_object_are_accepted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
 
@@ -133,12 +136,17 @@ async def test_an_async_factory_and_a_tether_object_are_accepted(tmp_path: Path)
     async with serving(build_api(tether_lifespan(open_async))) as client:
         assert (await client.post("/jobs/a", json={})).status_code == 200
     app = tether.connect(url)
-    async with serving(build_api(tether_lifespan(app))) as client:
+    api = build_api(tether_lifespan(app))
+    async with serving(api) as client:
         assert (await client.post("/jobs/b", json={})).status_code == 200
     with pytest.raises(ConfigurationError, match="closed"):  # the object is closed with the application
         app.worker()
+    with pytest.raises(ConfigurationError, match="closed at the previous shutdown; pass a function"):
+        async with serving(api):
+            pass
 
 
+@pytest.mark.asyncio
 async def test_the_in_process_worker_runs_async_handlers_on_the_pools_loop(tmp_path: Path) -> None:
     ran: list[tuple[dict[str, Any], str]] = []
 
@@ -161,6 +169,7 @@ async def test_the_in_process_worker_runs_async_handlers_on_the_pools_loop(tmp_p
     assert server_thread != "tether-async"
 
 
+@pytest.mark.asyncio
 async def test_shutdown_stops_the_worker_within_its_drain_deadline_and_releases_the_job(tmp_path: Path) -> None:
     started, cancelled = threading.Event(), threading.Event()
 
@@ -187,6 +196,7 @@ async def test_shutdown_stops_the_worker_within_its_drain_deadline_and_releases_
         assert again.get(job_id).status is JobStatus.QUEUED  # released for another worker, unrecorded
 
 
+@pytest.mark.asyncio
 async def test_the_worker_pool_is_in_the_state_and_stopped_at_shutdown(tmp_path: Path) -> None:
     opened = Opened(tmp_path / "jobs.db")
     api = build_api(tether_lifespan(opened, worker=True, concurrency=2))
@@ -204,6 +214,7 @@ async def test_the_worker_pool_is_in_the_state_and_stopped_at_shutdown(tmp_path:
     assert pool.stopping
 
 
+@pytest.mark.asyncio
 async def test_a_bad_worker_option_value_fails_startup_and_closes_the_app(tmp_path: Path) -> None:
     opened = Opened(tmp_path / "jobs.db")
     api = build_api(tether_lifespan(opened, worker=True, concurrency=0))
@@ -224,11 +235,13 @@ async def test_a_bad_worker_option_value_fails_startup_and_closes_the_app(tmp_pa
         (lambda: tether_lifespan(tether.connect, lifespan="mine"), "lifespan must be a lifespan function"),
     ],
 )
+@pytest.mark.asyncio
 async def test_bad_arguments_are_refused_at_once_with_the_argument_named(call: Callable[[], Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         call()
 
 
+@pytest.mark.asyncio
 async def test_a_factory_returning_something_else_fails_startup() -> None:
     api = build_api(tether_lifespan(lambda: "not an app"))
     with pytest.raises(ConfigurationError, match="returned 'not an app', not a Tether"):
@@ -236,6 +249,7 @@ async def test_a_factory_returning_something_else_fails_startup() -> None:
             pass
 
 
+@pytest.mark.asyncio
 async def test_get_tether_without_the_lifespan_names_the_fix() -> None:
     api = build_api(None)
     transport = httpx.ASGITransport(app=api, raise_app_exceptions=True)
@@ -244,7 +258,29 @@ async def test_get_tether_without_the_lifespan_names_the_fix() -> None:
             await client.get("/jobs/1")
 
 
+def test_a_websocket_endpoint_gets_tether_too_and_starlettes_test_client_runs_the_lifespan(tmp_path: Path) -> None:
+    opened = Opened(tmp_path / "jobs.db")
+    api = FastAPI(lifespan=tether_lifespan(opened))
+
+    @api.websocket("/ws")
+    async def enqueue_over_websocket(websocket: WebSocket, app: TetherDep) -> None:
+        await websocket.accept()
+        job_type = await websocket.receive_text()
+        await websocket.send_json({"id": (await app.aenqueue(job_type)).job.id})
+        await websocket.close()
+
+    with warnings.catch_warnings():  # Starlette prefers httpx2 to httpx for its TestClient
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    with TestClient(api) as client, client.websocket_connect("/ws") as socket:
+        socket.send_text("pushed")
+        job_id = socket.receive_json()["id"]
+    with tether.connect(opened.url) as again:
+        assert again.get(job_id).job_type == "pushed"
+
+
 @pytest.mark.postgres
+@pytest.mark.asyncio
 async def test_on_postgresql_an_endpoint_joins_the_async_session_and_a_rollback_leaves_no_job() -> None:
     schema = schema_name("fastapi_contrib")
     engine = create_async_engine(DATABASE_URL)
