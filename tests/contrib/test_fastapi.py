@@ -24,8 +24,9 @@ from tether.contrib.fastapi import TetherDep, get_tether, tether_lifespan
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.domain.job import JobStatus
 
-from tests.conftest import wait_for
+from tests.conftest import REDIS_URL, wait_for
 from tests.postgres_fixtures import DATABASE_URL, schema_name, server_engine
+from tests.redis_fixtures import temporary_prefix
 
 
 class Opened:
@@ -313,6 +314,45 @@ async def test_on_postgresql_an_endpoint_joins_the_async_session_and_a_rollback_
                     assert [(job.id, job.payload) for job in app.list()] == [(kept, {"order": 1})]
                 finally:
                     app.close()
+        finally:
+            await engine.dispose()
+            with admin.begin() as conn:
+                conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.asyncio
+async def test_on_postgresql_with_redis_streams_the_in_process_worker_runs_a_job_joined_to_a_session(
+    redis_client: Any,
+) -> None:
+    schema = schema_name("fastapi_redis")
+    engine = create_async_engine(DATABASE_URL)
+    ran = threading.Event()
+
+    def open_app() -> tether.Tether:
+        app = tether.connect(DATABASE_URL, schema=schema, redis_url=REDIS_URL, redis_options={"prefix": prefix})
+
+        @app.handler("orders.confirm")
+        async def confirm(payload: dict[str, Any], ctx: Any) -> None:
+            ran.set()
+
+        return app
+
+    api = FastAPI(lifespan=tether_lifespan(open_app, worker=True, concurrency=1))
+
+    @api.post("/orders")
+    async def order(app: TetherDep) -> dict[str, Any]:
+        async with AsyncSession(engine) as session, session.begin():
+            return {"job": (await app.aenqueue("orders.confirm", {"order": 1}, connection=session)).job.id}
+
+    with server_engine() as admin, temporary_prefix(redis_client, "fastapi") as prefix:
+        try:
+            async with serving(api) as client:
+                job_id = (await client.post("/orders")).json()["job"]
+                await asyncio.to_thread(wait_for, ran.is_set, 20, "the in-process worker to run the job")
+            with tether.connect(DATABASE_URL, schema=schema) as again:  # its completion flushed at shutdown
+                assert again.get(job_id).status is JobStatus.COMPLETED
         finally:
             await engine.dispose()
             with admin.begin() as conn:
