@@ -161,6 +161,8 @@ async def _open(source: TetherSource) -> Tether:
         opened: Any = await source()
     else:
         opened = await asyncio.to_thread(source)
+        if inspect.isawaitable(opened):  # an object whose __call__ is async
+            opened = await opened
     if not isinstance(opened, Tether):
         raise ConfigurationError(f"tether_lifespan: source returned {opened!r}, not a Tether")
     return opened
