@@ -30,6 +30,13 @@ from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
+from tether.domain.queues import (
+    QueueState,
+    counts_as_running,
+    lease_room,
+    validate_max_running,
+    validate_queue_name,
+)
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import (
     CANCEL_BATCH_LIMIT,
@@ -74,6 +81,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         self._ready: dict[str, list[tuple[int, datetime, int]]] = {}
         self._running: set[int] = set()
         self._workers: dict[str, WorkerEntry] = {}
+        self._queue_states: dict[str, QueueState] = {}
 
     def __repr__(self) -> str:
         return f"InMemoryJobRepository(jobs={len(self._jobs)})"
@@ -101,6 +109,16 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
     def _valid_ready(self, entry: tuple[int, datetime, int]) -> bool:
         job = self._jobs.get(entry[2])
         return job is not None and job.status.is_leasable and lease_order_key(job) == entry
+
+    def _room(self, queue: str, now: datetime) -> int | None:
+        """How many jobs of ``queue`` may be leased now (None: no limit); with the lock held."""
+        state = self._queue_states.get(queue)
+        if state is None or not state.restricted:
+            return None
+        running = 0
+        if not state.paused:
+            running = sum(1 for i in self._running if self._jobs[i].queue == queue and counts_as_running(self._jobs[i], now))
+        return lease_room(state, running)
 
     def _fenced(self, job_id: int, token: str) -> Job:
         job = self._jobs.get(job_id)
@@ -231,6 +249,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         due: list[Job] = []
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
+            names = [n for n in names if not self._is_paused(n)]
             frontier: list[tuple[tuple[int, datetime, int], str, int]] = []
             for name in names:
                 self._promote(name, now)
@@ -249,6 +268,10 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                     seen.add(entry[2])
                     due.append(self._jobs[entry[2]])
         return due
+
+    def _is_paused(self, queue: str) -> bool:
+        state = self._queue_states.get(queue)
+        return state is not None and state.paused
 
     def count_due_ahead(self, job: Job, *, now: datetime, limit: int) -> int:
         now = ensure_utc(now, "now")
@@ -271,12 +294,16 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         leased: list[Job] = []
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
+            rooms: dict[str, int | None] = {}
             for name in names:
                 self._promote(name, now)
+                rooms[name] = self._room(name, now)
             while len(leased) < limit:
                 best: tuple[int, datetime, int] | None = None
                 best_queue = ""
                 for name in names:
+                    if rooms[name] == 0:
+                        continue
                     ready = self._ready.get(name)
                     while ready and not (self._valid_ready(ready[0]) and self._jobs[ready[0][2]].is_due(now)):
                         entry = heapq.heappop(ready)
@@ -287,6 +314,9 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                 if best is None:
                     break
                 heapq.heappop(self._ready[best_queue])
+                room = rooms[best_queue]
+                if room is not None:
+                    rooms[best_queue] = room - 1
                 job = transitions.lease(
                     self._jobs[best[2]], now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout
                 )
@@ -300,7 +330,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or not job.is_due(now) or job.attempts >= job.max_attempts:
+            if job is None or not job.is_due(now) or job.attempts >= job.max_attempts or self._room(job.queue, now) == 0:
                 return None
             job = transitions.lease(job, now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout)
             self._store(job)
@@ -378,6 +408,38 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                     if len(cancelled) >= limit:
                         break
         return cancelled
+
+    # -- queue controls ----------------------------------------------------------------------
+    def _write_queue_state(self, queue: str, now: datetime, **changes: object) -> QueueState:
+        with self._lock:
+            state = self._queue_states.get(queue) or QueueState(queue)
+            state = attrs.evolve(state, updated_at=now, **changes)  # type: ignore[misc]
+            self._queue_states[queue] = state
+            return state
+
+    def set_queue_paused(self, queue: str, paused: bool, *, now: datetime) -> QueueState:
+        queue = validate_queue_name(queue)
+        now = ensure_utc(now, "now")
+        return self._write_queue_state(queue, now, paused=bool(paused))
+
+    def set_queue_limit(self, queue: str, max_running: int | None, *, now: datetime) -> QueueState:
+        queue = validate_queue_name(queue)
+        limit = None if max_running is None else validate_max_running(max_running)
+        now = ensure_utc(now, "now")
+        return self._write_queue_state(queue, now, max_running=limit)
+
+    def queue_states(self) -> list[QueueState]:
+        with self._lock:
+            return sorted(self._queue_states.values(), key=lambda s: s.name)
+
+    def count_by_queue(self, *, job_types: Sequence[str] | None = None) -> dict[str, dict[JobStatus, int]]:
+        types = None if job_types is None else set(job_types)
+        counts: dict[str, dict[JobStatus, int]] = {}
+        with self._lock:
+            for job in self._jobs.values():
+                if types is None or job.job_type in types:
+                    counts.setdefault(job.queue, {s: 0 for s in JobStatus})[job.status] += 1
+        return counts
 
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:

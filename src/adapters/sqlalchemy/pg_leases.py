@@ -33,12 +33,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, cast, func, literal, select, text
+from sqlalchemy import Text, bindparam, cast, func, literal, select, text
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
-from tether.adapters.sqlalchemy.schema import status_is
+from tether.adapters.sqlalchemy.schema import RESTRICTED_PREDICATE, status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import Job, JobStatus, lease_order_key
@@ -53,6 +53,8 @@ COMPLETED_OR_CANCELLED = "CASE WHEN j.cancel_requested_at IS NULL THEN 'complete
 class PgLeases(PgConnections):
     """``lease``, ``complete_many`` (through :meth:`_complete_rows`) and ``complete_and_lease`` on PostgreSQL."""
 
+    _cache_limited = True
+
     def _lease_parts(self, shape: str) -> tuple[str, str]:
         """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
         :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
@@ -63,9 +65,11 @@ class PgLeases(PgConnections):
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
         queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
                         "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
+        controls = self._qualified_name(self.queues_table.name)
         chosen = (
             f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
             f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
+            f"AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE}) "
             "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED"
         )
         update = (
@@ -112,9 +116,30 @@ class PgLeases(PgConnections):
                 if attempt + 1 < self.retry_attempts:
                     self._sleep(attempt)
                 continue
-            return sorted((job_from_tuple(r) for r in rows), key=lease_order_key)
+            jobs = [job_from_tuple(r) for r in rows]
+            if len(jobs) < limit:  # the limited queues: one short counting transaction each
+                jobs += self._limited_top_up(queues, worker_id, now, lease_timeout, limit - len(jobs))
+            return sorted(jobs, key=lease_order_key)
         # never "no job" because the store kept failing (the contract of lease)
         raise StorageUnavailable(f"{self.safe_url}: could not lease jobs: the connection kept failing")
+
+    def _limited_top_up(
+        self, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> list[Job]:
+        """:meth:`_top_up_limited` as jobs; a storage error there leases nothing more (the plain
+        lease's jobs are still handed out; the next lease meets the trouble again)."""
+        try:
+            rows = self._top_up_limited(queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
+        except StorageUnavailable:
+            return []
+        return [row_to_job(r) for r in rows]
+
+    def _lease_token_expression(self) -> Any:
+        t = self.table
+        return func.md5(bindparam("p_secret", type_=Text()) + cast(t.c.id, Text()))
+
+    def _token_params(self) -> dict[str, Any]:
+        return {"p_secret": secrets.token_hex(16)}
 
     def _rows_leased_under(
         self, conn: Connection, secret: str, worker_id: str, now: datetime, lease_timeout: float
@@ -237,6 +262,8 @@ class PgLeases(PgConnections):
             for key in batch:
                 if key not in done:
                     done[key] = LeaseLost(*key)
+            if len(jobs) < limit:  # the limited queues: one short counting transaction each
+                jobs += self._limited_top_up(queues, worker_id, now, lease_timeout, limit - len(jobs))
             return [done[(int(i), str(t))] for i, t in items], sorted(jobs, key=lease_order_key)
         raise StorageUnavailable(f"{self.safe_url}: could not complete and lease jobs: the connection kept failing")
 

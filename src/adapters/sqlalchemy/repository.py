@@ -11,6 +11,7 @@ of one part per concern, each in its own module:
   ``release``, ``snooze``: compare-and-set writes on a running job under its lease token;
 - :mod:`.maintenance`: ``reap``, ``retry_dead``, ``purge``;
 - :mod:`.cancellation`: ``cancel`` and ``cancel_many`` (an operator's cancel);
+- :mod:`.queue_controls`: pause and running limits on ``tether_queues``, the limited-queue lease path;
 - :mod:`.reads`: ``get``, ``find_by_key``, ``list_jobs``, ``count_by_status``;
 - :mod:`.worker_registry`: the worker registry (``record_worker``, ``list_workers``, ...) on
   ``tether_workers``;
@@ -39,7 +40,7 @@ from tether.adapters.sqlalchemy.fenced_writes import SqlFencedWrites
 from tether.adapters.sqlalchemy.leases import SqlLeases
 from tether.adapters.sqlalchemy.maintenance import SqlMaintenance
 from tether.adapters.sqlalchemy.reads import SqlReads
-from tether.adapters.sqlalchemy.schema import build_jobs_table, build_workers_table, status_is
+from tether.adapters.sqlalchemy.schema import build_jobs_table, build_queues_table, build_workers_table, status_is
 from tether.adapters.sqlalchemy.worker_registry import SqlWorkerRegistry
 from tether.domain.errors import ConfigurationError
 from tether.ports.repository import JobRepository
@@ -76,6 +77,7 @@ class SqlAlchemyJobRepository(
         schema: the PostgreSQL schema holding ``tether_jobs`` (None: the default search path).
         table: the ``tether_jobs`` :class:`Table` bound to this repository's schema.
         workers_table: the ``tether_workers`` :class:`Table` (the worker registry), same schema.
+        queues_table: the ``tether_queues`` :class:`Table` (queue controls), same schema.
     """
 
     def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
@@ -84,6 +86,7 @@ class SqlAlchemyJobRepository(
         self.metadata = MetaData(schema=schema)
         self.table = build_jobs_table(self.metadata)
         self.workers_table = build_workers_table(self.metadata)
+        self.queues_table = build_queues_table(self.metadata)
         self._serial = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._closed = False
@@ -129,7 +132,7 @@ class SqlAlchemyJobRepository(
             raise migrations.newer_schema_error(self.safe_url, found)
 
     def drop_schema(self) -> None:
-        """Drop ``tether_jobs``, ``tether_workers`` and the version tables (tests and tear-down only: every job is lost)."""
+        """Drop ``tether_jobs``, ``tether_workers``, ``tether_queues`` and the version tables (tests and tear-down only: every job is lost)."""
 
         def drop(conn: Connection) -> None:
             self.metadata.drop_all(conn, checkfirst=True)

@@ -253,7 +253,19 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
                 .returning(*t.c)
             )
             self._statements[("lease", shape)] = stmt
-        return list(conn.execute(stmt, self._lease_params(queues, worker_id, now, lease_timeout, limit)))
+        params = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        rows = list(conn.execute(stmt, params))
+        # The limited queues, in this same write transaction (SQLite has one writer at a time).
+        for name in self._limited_queues(queues, conn) if len(rows) < limit else ():
+            rows += self._lease_limited(
+                conn, name, worker_id=worker_id, now=now, expires=params["p_expires"], limit=limit - len(rows)
+            )
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def _lease_token_expression(self) -> Any:
+        return func.tether_lease_token()
 
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT", "SqliteJobRepository", "create_sqlite_engine", "is_memory_url"]

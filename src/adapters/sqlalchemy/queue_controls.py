@@ -1,0 +1,337 @@
+"""Queue controls on the SQL repository: ``tether_queues`` (pause, running limit) and the limited-queue lease path.
+
+- **Writes** (:meth:`SqlQueueControls.set_queue_paused`, :meth:`~SqlQueueControls.set_queue_limit`):
+  one upsert of the queue's row, in a transaction of its own.
+- **The plain lease path** leaves every restricted queue (paused, or limited) out with a cheap
+  filter on this tiny table (:meth:`SqlQueueControls._unrestricted`; on PostgreSQL the lease
+  statement of :mod:`.pg_leases` carries the same ``queue NOT IN (...)``, evaluated once per
+  statement as a hashed subplan).  So a pause holds from the first lease statement that starts
+  after it committed, and a limited queue never goes through a path that does not count.
+- **The limited-queue path** (:meth:`SqlQueueControls._lease_limited`), a short transaction per
+  limited queue: lock the queue's row (``SELECT ... FOR UPDATE``; SQLite's write transaction
+  already holds the database), then, in a new statement that sees every lease committed before the
+  lock was granted, count the queue's running jobs with unexpired leases, and lease at most the
+  remainder.  Two workers can therefore never overshoot the limit; a completion or a reap only
+  frees slots, so a stale count can only under-use them.
+- **Which queues are limited** (:meth:`SqlQueueControls._limited_queues`): read from the table,
+  on PostgreSQL at most once per :data:`LIMITED_REFRESH_SECONDS` per repository (and at once
+  after its own writes): a limit set by another process is served within that time, and never
+  overshot before (the plain path already leaves the queue out).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Integer, Table, bindparam, func, not_, or_, select, update
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql import ColumnElement
+from tether.adapters.sqlalchemy.reads import SqlReads
+from tether.adapters.sqlalchemy.schema import status_is
+from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
+from tether.domain.job import JobStatus
+from tether.domain.queues import (
+    QueueState,
+    lease_room,
+    validate_max_running,
+    validate_queue_name,
+)
+from tether.domain.timeutil import ensure_utc
+
+#: Seconds a PostgreSQL repository trusts its list of limited queues before reading it again.
+LIMITED_REFRESH_SECONDS = 1.0
+
+
+class SqlQueueControls(SqlReads):
+    """Queue controls on ``tether_queues`` and the building blocks of the limited-queue lease path."""
+
+    queues_table: Table
+    #: Cache the list of limited queues for :data:`LIMITED_REFRESH_SECONDS` (PostgreSQL: it is
+    #: read outside the lease's transaction); SQLite reads it inside the lease's write transaction.
+    _cache_limited = False
+
+    # -- writes and reads ----------------------------------------------------------------------
+    def _upsert_queue(self, conn: Connection, name: str, now: datetime, changes: dict[str, Any]) -> Row[Any]:
+        """Insert the queue's row with ``changes`` (defaults: unpaused, no limit) or update those
+        columns; the row as written."""
+        q = self.queues_table
+        values = {"name": name, "paused": False, "max_running": None, "updated_at": now, **changes}
+        insert = self._dialect_insert()(q).values(**values)
+        stmt = insert.on_conflict_do_update(index_elements=[q.c.name], set_={**changes, "updated_at": now})
+        conn.execute(stmt)
+        row = conn.execute(select(q).where(q.c.name == name)).one()
+        return row
+
+    def _dialect_insert(self) -> Any:
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert
+
+    def _write_queue(self, doing: str, name: str, now: datetime, changes: dict[str, Any]) -> QueueState:
+        row = self._write(doing, lambda c: self._upsert_queue(c, name, now, changes))
+        self._limited_cache = None
+        return _state(row)
+
+    def set_queue_paused(self, queue: str, paused: bool, *, now: datetime) -> QueueState:
+        """One upsert of the queue's ``paused``; the state as written."""
+        name = validate_queue_name(queue)
+        now = ensure_utc(now, "now")
+        return self._write_queue("pause or resume a queue", name, now, {"paused": bool(paused)})
+
+    def set_queue_limit(self, queue: str, max_running: int | None, *, now: datetime) -> QueueState:
+        """One upsert of the queue's ``max_running`` (None clears it); the state as written."""
+        name = validate_queue_name(queue)
+        limit = None if max_running is None else validate_max_running(max_running)
+        now = ensure_utc(now, "now")
+        return self._write_queue("limit a queue", name, now, {"max_running": limit})
+
+    def queue_states(self) -> list[QueueState]:
+        q = self.queues_table
+        stmt = select(q).order_by(q.c.name)
+        rows: list[Any] = self._read("read queue controls", lambda c: list(c.execute(stmt)))
+        return [_state(r) for r in rows]
+
+    def count_by_queue(self, *, job_types: Sequence[str] | None = None) -> dict[str, dict[JobStatus, int]]:
+        t = self.table
+        stmt = select(t.c.queue, t.c.status, func.count()).group_by(t.c.queue, t.c.status)
+        if job_types is not None:
+            if not job_types:
+                return {}
+            stmt = stmt.where(t.c.job_type.in_(list(job_types)))
+        rows: list[Any] = self._read("count jobs per queue", lambda c: list(c.execute(stmt)))
+        counts: dict[str, dict[JobStatus, int]] = {}
+        for queue, status, n in rows:
+            counts.setdefault(queue, {s: 0 for s in JobStatus})[JobStatus(status)] = int(n)
+        return counts
+
+    # -- the lease paths -----------------------------------------------------------------------
+    def _unrestricted(self) -> ColumnElement[bool]:
+        """``queue NOT IN (restricted queues)``: the plain lease path's filter."""
+        q = self.queues_table
+        restricted = select(q.c.name).where(or_(q.c.paused, q.c.max_running.is_not(None)))
+        return self.table.c.queue.not_in(restricted)
+
+    def _not_paused(self) -> ColumnElement[bool]:
+        """``queue NOT IN (paused queues)``: what ``due_jobs`` leaves out."""
+        q = self.queues_table
+        return self.table.c.queue.not_in(select(q.c.name).where(q.c.paused))
+
+    _limited_cache: tuple[float, tuple[str, ...]] | None = None
+
+    def _read_limited(self, conn: Connection) -> tuple[str, ...]:
+        q = self.queues_table
+        stmt = select(q.c.name).where(q.c.max_running.is_not(None), not_(q.c.paused)).order_by(q.c.name)
+        return tuple(conn.execute(stmt).scalars())
+
+    def _limited_queues(self, queues: Sequence[str] | None, conn: Connection | None = None) -> list[str]:
+        """The limited, unpaused queues among ``queues`` (None: all), in a rotated order so that
+        workers share them fairly.  Read on ``conn`` when given, else through the cache (see the
+        module docstring)."""
+        if conn is not None and not self._cache_limited:
+            names = self._read_limited(conn)
+        elif not self._cache_limited:
+            names = self._read("read limited queues", self._read_limited)
+        else:
+            cached = self._limited_cache
+            if cached is None or time.monotonic() - cached[0] > LIMITED_REFRESH_SECONDS:
+                names = self._read("read limited queues", self._read_limited)
+                self._limited_cache = (time.monotonic(), names)
+            else:
+                names = cached[1]
+        if queues is not None:
+            wanted = set(queues)
+            names = tuple(n for n in names if n in wanted)
+        if len(names) < 2:
+            return list(names)
+        start = random.randrange(len(names))
+        return list(names[start:] + names[:start])
+
+    def _lease_token_expression(self) -> Any:
+        """The SQL expression of a fresh lease token per row (the dialect's)."""
+        raise NotImplementedError
+
+    def _token_params(self) -> dict[str, Any]:
+        """Parameters :meth:`_lease_token_expression` needs for one lease call (none by default)."""
+        return {}
+
+    def _lease_limited_alone(
+        self, queue: str, *, worker_id: str, now: datetime, lease_timeout: float, limit: int, job_id: int | None = None
+    ) -> list[Row[Any]]:
+        """:meth:`_lease_limited` in a transaction of its own.  When the connection dies while it
+        commits, the rows leased by this call (this worker, this ``now`` and expiry, running) are
+        read back, so a lost reply never silently burns an attempt."""
+        expires = now + timedelta(seconds=lease_timeout)
+        extra = self._token_params()
+        try:
+            return self._write_once(
+                "lease jobs of a limited queue",
+                lambda c: self._lease_limited(
+                    c, queue, worker_id=worker_id, now=now, expires=expires, limit=limit, job_id=job_id, extra=extra
+                ),
+            )
+        except _UnknownOutcome:
+            return self._read("check an interrupted lease", lambda c: self._rows_leased_at(c, queue, worker_id, now, expires))
+
+    def _rows_leased_at(
+        self, conn: Connection, queue: str, worker_id: str, now: datetime, expires: datetime
+    ) -> list[Row[Any]]:
+        t = self.table
+        stmt = select(t).where(
+            status_is(t.c.status, JobStatus.RUNNING), t.c.queue == queue, t.c.leased_by == worker_id,
+            t.c.leased_at == now, t.c.lease_expires_at == expires,
+        )
+        return list(conn.execute(stmt))
+
+    def _top_up_limited(
+        self, queues: Sequence[str] | None, *, worker_id: str, now: datetime, lease_timeout: float, limit: int
+    ) -> list[Row[Any]]:
+        """Up to ``limit`` more jobs from the limited queues among ``queues``, one short
+        transaction per queue (PostgreSQL: after the one-statement plain lease)."""
+        rows: list[Row[Any]] = []
+        if limit < 1:
+            return rows
+        for name in self._limited_queues(queues):
+            rows += self._lease_limited_alone(
+                name, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(rows)
+            )
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def _lease_job_limited(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Row[Any] | None:
+        """Lease job ``job_id`` if its queue is limited (not paused) and has a free slot: for
+        ``lease_job``, after its plain statement (which leaves restricted queues out) found nothing."""
+        limited = self._limited_queues(None)
+        if not limited:
+            return None
+        queue = self._read("read a job's queue", lambda c: self._queue_of(c, job_id))
+        if queue is None or queue not in limited:
+            return None
+        rows = self._lease_limited_alone(
+            queue, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=1, job_id=job_id
+        )
+        return next((r for r in rows if int(r.id) == job_id), None)
+
+    def _lease_limited(
+        self,
+        conn: Connection,
+        queue: str,
+        *,
+        worker_id: str,
+        now: datetime,
+        expires: datetime,
+        limit: int,
+        job_id: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> list[Row[Any]]:
+        """Lease up to ``limit`` due jobs of the limited ``queue`` (only ``job_id`` when given),
+        at most its free slots, in the transaction of ``conn`` (see the module docstring).  The
+        rows leased; none when the queue is paused, at its limit, or no longer limited (the plain
+        path serves it then)."""
+        q = self.queues_table
+        control = conn.execute(
+            select(q.c.paused, q.c.max_running).where(q.c.name == queue).with_for_update()
+        ).first()
+        if control is None or control.max_running is None:
+            return []
+        state = QueueState(queue, paused=bool(control.paused), max_running=int(control.max_running))
+        running = 0
+        if not state.paused:
+            running = int(conn.execute(self._running_count_statement(), {"p_queue": queue, "p_now": now}).scalar_one())
+        room = lease_room(state, running)
+        if not room:
+            return []
+        params = {"p_now": now, "p_expires": expires, "p_worker": worker_id, **(extra or {})}
+        if job_id is not None:
+            return list(conn.execute(self._limited_by_id_statement(), {**params, "p_id": job_id}))
+        return list(conn.execute(self._limited_statement(), {**params, "p_queue": queue, "p_limit": min(limit, room)}))
+
+    def _running_count_statement(self) -> Any:
+        stmt = self._statements.get("running_count")
+        if stmt is None:
+            t = self.table
+            stmt = self._statements["running_count"] = (
+                select(func.count())
+                .select_from(t)
+                .where(
+                    status_is(t.c.status, JobStatus.RUNNING),
+                    t.c.queue == bindparam("p_queue", type_=t.c.queue.type),
+                    t.c.lease_expires_at > bindparam("p_now", type_=t.c.lease_expires_at.type),
+                )
+            )
+        return stmt
+
+    def _lease_set(self) -> dict[str, Any]:
+        t = self.table
+        return {
+            "status": JobStatus.RUNNING.value,
+            "attempts": t.c.attempts + 1,
+            "lease_token": self._lease_token_expression(),
+            "leased_by": bindparam("p_worker", type_=t.c.leased_by.type),
+            "leased_at": bindparam("p_now", type_=t.c.leased_at.type),
+            "lease_expires_at": bindparam("p_expires", type_=t.c.lease_expires_at.type),
+        }
+
+    def _due(self) -> list[ColumnElement[bool]]:
+        t = self.table
+        return [
+            status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING),
+            t.c.scheduled_at <= bindparam("p_now", type_=t.c.scheduled_at.type),
+            t.c.attempts < t.c.max_attempts,
+        ]
+
+    def _limited_statement(self) -> Any:
+        stmt = self._statements.get("lease_limited")
+        if stmt is None:
+            t = self.table
+            chosen = (
+                select(t.c.id)
+                .where(*self._due(), t.c.queue == bindparam("p_queue", type_=t.c.queue.type))
+                .order_by(t.c.priority.desc(), t.c.scheduled_at, t.c.id)
+                .limit(bindparam("p_limit", type_=Integer()))
+                .with_for_update(skip_locked=True)
+                .scalar_subquery()
+            )
+            stmt = self._statements["lease_limited"] = (
+                update(t)
+                .where(t.c.id.in_(chosen), status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING))
+                .values(**self._lease_set())
+                .returning(*t.c)
+            )
+        return stmt
+
+    def _limited_by_id_statement(self) -> Any:
+        stmt = self._statements.get("lease_limited_id")
+        if stmt is None:
+            t = self.table
+            stmt = self._statements["lease_limited_id"] = (
+                update(t)
+                .where(t.c.id == bindparam("p_id", type_=t.c.id.type), *self._due())
+                .values(**self._lease_set())
+                .returning(*t.c)
+            )
+        return stmt
+
+    def _queue_of(self, conn: Connection, job_id: int) -> str | None:
+        t = self.table
+        return conn.execute(select(t.c.queue).where(t.c.id == job_id)).scalar()
+
+
+def _state(row: Any) -> QueueState:
+    return QueueState(
+        row.name,
+        paused=bool(row.paused),
+        max_running=None if row.max_running is None else int(row.max_running),
+        updated_at=row.updated_at,
+    )
+
+
+__all__ = ["LIMITED_REFRESH_SECONDS", "SqlQueueControls"]
