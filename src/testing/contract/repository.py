@@ -31,6 +31,7 @@ from tether.testing.contract.cancellation import CancellationContract
 from tether.testing.contract.enqueue import EnqueueContract
 from tether.testing.contract.leases import LeaseContract
 from tether.testing.contract.limits import LimitContract
+from tether.testing.contract.queue_controls import QueueControlContract
 from tether.testing.contract.reads import ReadContract
 from tether.testing.contract.retries import RetryContract
 
@@ -43,6 +44,7 @@ class RepositoryContract(
     CancellationContract,
     ReadContract,
     LimitContract,
+    QueueControlContract,
 ):
     """The whole repository contract.  No ``Test`` prefix: pytest collects only your subclass."""
 
