@@ -44,6 +44,7 @@ from tether.domain.validation import (
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.job_control import MAX_BIGINT, JobControl, job_id_of
+from tether.entrypoints.queue_control import QueueControl
 from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL
 from tether.entrypoints.worker import WorkerPool, WorkerStats
 from tether.ports.clock import Clock
@@ -71,7 +72,7 @@ class EnqueueRequest:
     idempotency_key: str | None = None
 
 
-class Tether(JobControl):
+class Tether(JobControl, QueueControl):
     """A Tether application: handlers, enqueue, administration, workers.
 
     Args:

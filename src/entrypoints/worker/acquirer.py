@@ -4,7 +4,8 @@ The ``tether-acquire`` thread asks the dispatcher for as many jobs as the runner
 plus the prefetch room (``acquire(limit=free, ...)``), holds them (:class:`HeldJobs`) and
 submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
 
-- **Room** (:meth:`Acquirer.free`): free slots plus the prefetch room, less what lease queries
+- **Room** (:meth:`Acquirer.free`): free slots plus the prefetch room (none while a queue the
+  pool serves has a running limit: :mod:`.queue_limits`), less what lease queries
   on the wire reserved.  The prefetch room is at most ``prefetch`` and at most what the slots would
   start within :data:`PREFETCH_HORIZON` seconds at the runner's recent mean handler time (none
   before the first handler returned), so slow jobs are not leased ahead.  A slot is free once its
@@ -42,6 +43,7 @@ from tether.domain.job import Job
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.worker.completions import CompletionBatcher, Refill
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.queue_limits import QueueLimits
 from tether.entrypoints.worker.runner import Runner
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -72,6 +74,7 @@ class Acquirer:
         prefetch: most jobs leased ahead of the free slots (0-1024).
         ratelog: the pool's rate-limited log.
         release_unstarted: hands back a job leased while shutdown began; never raises.
+        queue_limits: the pool's view of its queues' controls: no prefetch while one is limited.
     """
 
     def __init__(
@@ -90,7 +93,9 @@ class Acquirer:
         prefetch: int,
         ratelog: RateLimitedLog,
         release_unstarted: Callable[[Job], None],
+        queue_limits: QueueLimits | None = None,
     ) -> None:
+        self._queue_limits = queue_limits
         self._held = held
         self._lock = held.lock
         self._runner = runner
@@ -158,6 +163,8 @@ class Acquirer:
         stopping = self._held.stopping
         backoff = 0.0
         while not stopping.is_set():
+            if self._queue_limits is not None:
+                self._queue_limits.refresh()  # at most once a second, outside the pool's lock
             with self._lock:
                 # While a completion flush is pending or on the wire it leases for the free
                 # slots itself (``complete_and_lease``): one round trip for both.
@@ -226,8 +233,8 @@ class Acquirer:
     def _prefetch_room(self) -> int:
         """Jobs to lease ahead of the free slots now (under the pool's lock)."""
         seconds = self._runner.handler_seconds
-        if not self._prefetch or seconds is None:
-            return 0
+        if not self._prefetch or seconds is None or (self._queue_limits is not None and self._queue_limits.limited):
+            return 0  # never hold a limited queue's slots for jobs no thread can start yet
         if seconds <= 0:
             return self._prefetch
         return min(self._prefetch, int(self._runner.slots * PREFETCH_HORIZON / seconds))

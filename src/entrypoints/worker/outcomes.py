@@ -39,6 +39,7 @@ from tether.domain.job import Job, JobStatus
 from tether.entrypoints.execution import Execution, Outcome, OutcomeWriter
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.queue_limits import QueueLimits
 from tether.entrypoints.worker.stats import OUTCOME_COUNTERS, Counts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -92,6 +93,8 @@ class Outcomes:
         clock: the lease expiry is compared with its ``now``.
         worker_id: for logs.
         ratelog: the pool's rate-limited log.
+        queue_limits: told when a job leaves ``running`` (a freed slot of a limited queue wakes
+            waiting workers, :meth:`QueueLimits.slot_freed`); None: nobody.
     """
 
     def __init__(
@@ -104,7 +107,9 @@ class Outcomes:
         clock: Clock,
         worker_id: str,
         ratelog: RateLimitedLog,
+        queue_limits: QueueLimits | None = None,
     ) -> None:
+        self._queue_limits = queue_limits
         self._held = held
         self._counts = counts
         self._completions = completions
@@ -125,6 +130,8 @@ class Outcomes:
             self._counts.count(counter)
         if result.outcome in (Outcome.RETRYING, Outcome.SNOOZED, Outcome.NO_HANDLER):
             announce(self._dispatcher, result.job, self._ratelog)
+        if self._queue_limits is not None and not entry.deferred:
+            self._queue_limits.slot_freed(entry.job)
         if result.outcome is Outcome.NO_HANDLER:
             self._ratelog(f"no-handler:{entry.job.job_type}", logging.WARNING,
                           "worker %s: no handler for job type %r here; its jobs are handed back for a worker that has it",
@@ -164,6 +171,8 @@ class Outcomes:
             if isinstance(result, Job):
                 entry.ctx.job = result
                 self._counts.count("cancelled" if result.status is JobStatus.CANCELLED else "completed")
+                if self._queue_limits is not None:
+                    self._queue_limits.slot_freed(result)
             elif isinstance(result, LeaseLost):
                 self._counts.count("lease_lost")
                 logger.warning(

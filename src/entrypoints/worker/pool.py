@@ -32,6 +32,7 @@ from tether.entrypoints.worker.heartbeats import Heartbeats
 from tether.entrypoints.worker.held import HeldJobs
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.presence import Presence
+from tether.entrypoints.worker.queue_limits import QueueLimits
 from tether.entrypoints.worker.runner import ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
 from tether.entrypoints.worker.stats import Counts, WorkerStats
@@ -138,9 +139,12 @@ class WorkerPool:
         self._held = held = HeldJobs()
         self._counts = counts = Counts(held.lock)
         self._completions = completions = CompletionBatcher(repository, clock, name="tether-complete")
+        self._queue_limits = queue_limits = QueueLimits(
+            repository=repository, dispatcher=dispatcher, clock=clock, queues=self.queues, ratelog=ratelog
+        )
         outcomes = Outcomes(
             held=held, counts=counts, completions=completions, dispatcher=dispatcher, clock=clock,
-            worker_id=self.worker_id, ratelog=ratelog,
+            worker_id=self.worker_id, ratelog=ratelog, queue_limits=queue_limits,
         )
         self._timeouts = timeouts = Timeouts(
             held=held, counts=counts, outcomes=outcomes, handlers=handlers, repository=repository, clock=clock,
@@ -160,7 +164,7 @@ class WorkerPool:
             held=held, runner=runner, completions=completions, repository=repository, dispatcher=dispatcher,
             clock=clock, queues=self.queues, worker_id=self.worker_id, lease_timeout=self.lease_timeout,
             max_wait=self.max_wait, prefetch=self.prefetch, ratelog=ratelog,
-            release_unstarted=shutdown.release_unstarted,
+            release_unstarted=shutdown.release_unstarted, queue_limits=queue_limits,
         )
         # The acquirer waits for room: it is told whenever a job leaves a slot or the book, and,
         # with a dispatcher that leases from the repository, each completion flush leases for it.
@@ -316,9 +320,20 @@ class WorkerPool:
         try:
             queues: Sequence[str | None] = self.queues if self.queues is not None else [None]
             job_types = list(self.handlers)  # read now: later registrations count
+            paused = self._queue_limits.paused_names()  # jobs waiting there are not runnable
             for name in queues:
+                if paused and name is None:
+                    per_queue = getattr(self.repository, "count_by_queue", None)
+                    if per_queue is not None:
+                        for queue, counts in per_queue(job_types=job_types).items():
+                            if counts[JobStatus.RUNNING] or (
+                                queue not in paused and (counts[JobStatus.QUEUED] or counts[JobStatus.RETRYING])
+                            ):
+                                return False
+                        continue
                 counts = self.repository.count_by_status(queue=name, job_types=job_types)
-                if counts[JobStatus.QUEUED] or counts[JobStatus.RETRYING] or counts[JobStatus.RUNNING]:
+                waiting = 0 if name in paused else counts[JobStatus.QUEUED] + counts[JobStatus.RETRYING]
+                if waiting or counts[JobStatus.RUNNING]:
                     return False
         except Exception:  # noqa: BLE001 - unknown means not idle
             self._ratelog("idle", logging.WARNING, "worker %s: could not count jobs", self.worker_id, exc_info=True)

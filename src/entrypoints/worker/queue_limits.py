@@ -1,0 +1,109 @@
+"""What a worker pool knows of its queues' controls: which are limited or paused, refreshed from the store.
+
+The store enforces pauses and running limits on every lease; the pool reads the controls only to
+behave well around them:
+
+- **no prefetch from a limited queue** (:attr:`QueueLimits.limited`): while any queue the pool
+  serves is limited, the acquirer leases no job ahead of its free threads, so a pool never holds
+  a limited queue's slots for jobs it cannot start yet;
+- **a freed slot wakes waiting workers** (:meth:`QueueLimits.slot_freed`): when a job of a limited
+  queue leaves ``running`` in this pool (completed, failed, released, snoozed, cancelled), the
+  next due job of that queue is announced to the dispatcher (polling wakes this process's
+  acquirers; Redis Streams publishes it, so an idle worker of any process leases it);
+- **idle means nothing runnable** (:meth:`QueueLimits.paused_names`): jobs waiting in a paused
+  queue do not keep ``run(stop_when_idle=True)`` running.
+
+The controls are read at most once per :data:`REFRESH_SECONDS` (:meth:`QueueLimits.refresh`,
+called from the acquiring loop outside the pool's lock); a read that fails keeps the last answer.
+A store without queue controls (a third-party repository) reads as none.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from tether.adapters.log_limits import RateLimitedLog
+from tether.domain.job import Job
+from tether.domain.queues import QueueState
+from tether.ports.clock import Clock
+from tether.ports.dispatcher import Dispatcher
+from tether.ports.repository import JobRepository
+
+#: Seconds between two reads of the queue controls by one pool.
+REFRESH_SECONDS = 1.0
+
+
+class QueueLimits:
+    """The pool's view of its queues' controls (see the module docstring).
+
+    Args:
+        repository, dispatcher, clock: the ports.
+        queues: the pool's queues (None: all).
+        ratelog: the pool's rate-limited log.
+    """
+
+    def __init__(
+        self,
+        *,
+        repository: JobRepository,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        queues: Sequence[str] | None,
+        ratelog: RateLimitedLog,
+    ) -> None:
+        self._repository = repository
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._queues = None if queues is None else frozenset(queues)
+        self._ratelog = ratelog
+        self._states: dict[str, QueueState] = {}
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+        #: True while a queue this pool serves is limited (read without a lock: one bool).
+        self.limited = False
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Read the controls again if the last read is older than :data:`REFRESH_SECONDS` (or
+        ``force``); never raises."""
+        read_at = self._read_at
+        if not force and read_at is not None and time.monotonic() - read_at < REFRESH_SECONDS:
+            return
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is reading them
+        try:
+            reader = getattr(self._repository, "queue_states", None)
+            states = {s.name: s for s in reader()} if reader is not None else {}
+            self._states = states
+            self.limited = any(
+                s.max_running is not None and (self._queues is None or s.name in self._queues) for s in states.values()
+            )
+        except Exception:  # noqa: BLE001 - the store enforces the controls; this is only a view
+            self._ratelog("queue-controls", logging.WARNING, "could not read the queue controls", exc_info=True)
+        finally:
+            self._read_at = time.monotonic()
+            self._lock.release()
+
+    def paused_names(self) -> frozenset[str]:
+        """The paused queues, as last read (refreshed first when stale)."""
+        self.refresh()
+        return frozenset(name for name, s in self._states.items() if s.paused)
+
+    def slot_freed(self, job: Job) -> None:
+        """``job`` left ``running`` in this pool: if its queue is limited, announce the queue's
+        next due job to the dispatcher; never raises."""
+        state = self._states.get(job.queue)
+        if state is None or state.max_running is None or state.paused:
+            return
+        try:
+            due = self._repository.due_jobs(now=self._clock.now(), queues=[job.queue], limit=1)
+            if due:
+                self._dispatcher.notify(due)
+        except Exception:  # noqa: BLE001 - a poll or the sweep finds the job anyway
+            self._ratelog("slot-freed", logging.WARNING, "could not announce a freed slot of queue %s", job.queue,
+                          exc_info=True)
+
+
+__all__ = ["REFRESH_SECONDS", "QueueLimits"]
