@@ -15,7 +15,8 @@ The package, one module per command group:
 - ``output``: the stdout console, JSON and times, ``job_to_dict``;
 - ``values``: parsers of option values and the labels of their errors;
 - ``enqueue``, ``jobs`` (list, show, why; cancel from ``cancel``), ``maintenance`` (retry, purge,
-  reap), ``db`` (init, upgrade, version), ``workers`` (list), ``worker``, ``demo``: the commands.
+  reap), ``db`` (init, upgrade, version), ``workers`` (list), ``queues`` (list, pause, resume, limit),
+  ``worker``, ``demo``: the commands.
 
 Adding a command group: write ``cli/<group>.py`` holding its commands (take the store options
 from ``options``, print through ``output``, raise a :class:`~tether.domain.errors.TetherError`
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import typer
-from tether.entrypoints.cli import db, demo, enqueue, jobs, maintenance, worker, workers
+from tether.entrypoints.cli import db, demo, enqueue, jobs, maintenance, queues, worker, workers
 from tether.entrypoints.cli.enqueue import parse_payload, parse_run_at
 from tether.entrypoints.cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, OneLineErrors
 from tether.entrypoints.cli.output import PIPE_WIDTH, job_to_dict
@@ -78,6 +79,7 @@ COMMAND_GROUPS = (
     maintenance,
     db,
     workers,
+    queues,
     worker,
     demo,
 )
