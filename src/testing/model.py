@@ -22,6 +22,8 @@ The rules, restated:
 - once a running job carries a cancel request, whatever its holder writes (complete, fail, dead
   letter, release, snooze) and the reaper make it cancelled, finished now, attempts unchanged,
   the error set by a failure or the reaper (else kept).  A heartbeat keeps the request.
+- pause (an operator) of a queue: none of its jobs is leased until it is resumed; it needs no
+  job; nothing else about its jobs changes (enqueue, holder writes, reap, cancel go on).
 - retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
   completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
 """
@@ -99,6 +101,14 @@ class JobModel:
         self.keys: dict[str, int] = {}
         self.enqueued = 0
         self.tokens: set[str] = set()
+        self.paused: set[str] = set()
+
+    # -- queue pause -------------------------------------------------------------------------
+    def pause(self, queue: str) -> None:
+        self.paused.add(queue)
+
+    def resume(self, queue: str) -> None:
+        self.paused.discard(queue)
 
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(
@@ -116,12 +126,15 @@ class JobModel:
     # -- leases ------------------------------------------------------------------------------
     def next_leases(self, *, now: datetime, queues: tuple[str, ...] | None, limit: int) -> list[int]:
         """Ordinals a lease of up to ``limit`` jobs takes, in lease order."""
-        due = [j for j in self.jobs.values() if j.due(now) and (queues is None or j.queue in queues)]
+        due = [
+            j for j in self.jobs.values()
+            if j.due(now) and j.queue not in self.paused and (queues is None or j.queue in queues)
+        ]
         return [j.ordinal for j in sorted(due, key=ModelJob.order)[:limit]]
 
     def can_lease(self, ordinal: int, now: datetime) -> bool:
         job = self.jobs.get(ordinal)
-        return job is not None and job.due(now) and job.attempts < job.max_attempts
+        return job is not None and job.due(now) and job.attempts < job.max_attempts and job.queue not in self.paused
 
     def record_lease(self, ordinal: int, *, token: str, worker: str, now: datetime, lease_timeout: float) -> ModelJob:
         """Apply a lease the repository granted; the token must be new."""

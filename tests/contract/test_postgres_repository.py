@@ -26,6 +26,6 @@ def postgres_repository() -> Iterator[PostgresJobRepository]:
 class TestPostgresRepository(RepositoryContract):
     @pytest.fixture
     def repository(self, postgres_repository: PostgresJobRepository) -> Iterator[PostgresJobRepository]:
-        empty_tables(postgres_repository, "tether_queues")
+        empty_tables(postgres_repository)
         postgres_repository._closed = False
         yield postgres_repository

@@ -142,6 +142,18 @@ class RepositoryStateMachine(MachineBase):
             pass
 
     # -- time --------------------------------------------------------------------------------
+    @rule(queue=queues)
+    def pause_queue(self, queue: str) -> None:
+        state = self.repository.set_queue_paused(queue, True, now=self.clock.now())
+        assert state.paused and state.name == queue
+        self.model.pause(queue)
+
+    @rule(queue=queues)
+    def resume_queue(self, queue: str) -> None:
+        state = self.repository.set_queue_paused(queue, False, now=self.clock.now())
+        assert not state.paused and state.name == queue
+        self.model.resume(queue)
+
     @rule(seconds=steps)
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
