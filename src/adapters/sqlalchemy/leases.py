@@ -165,8 +165,8 @@ class SqlLeases(SqlQueueControls):
             try:
                 row = self._write_once("lease a job", lambda c: c.execute(stmt, params).first(), single=True)  # noqa: B023
                 if row is None:  # a limited queue's job takes the counting path
-                    row = self._lease_job_limited(job_id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
-                return row_to_job(row) if row is not None else None
+                    return self._lease_job_limited(job_id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
+                return row_to_job(row)
             except _UnknownOutcome:
                 # Did our lease land?  The token is ours alone, so the row says so.
                 row = self._read("check a lease", lambda c: self._get_row(c, job_id))

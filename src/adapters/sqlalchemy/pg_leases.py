@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, func, literal, select, text
+import psycopg
+from sqlalchemy import Text, cast, func, literal, select, text
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
@@ -58,19 +59,39 @@ class PgLeases(PgConnections):
     def _lease_parts(self, shape: str) -> tuple[str, str]:
         """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
         :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
-        due rows of the queue filter ``shape`` (all, one, many) in lease order, skipping rows other
-        workers hold locked) and the UPDATE that leases them, each under ``md5(p_secret || id)``,
-        returning :data:`JOB_COLUMNS`."""
+        due rows of the queue filter ``shape`` in lease order, skipping rows other workers hold
+        locked) and the UPDATE that leases them, each under ``md5(p_secret || id)``, returning
+        :data:`JOB_COLUMNS`.
+
+        Shapes: ``all``, ``one`` (``p_queue``), ``many`` (``p_queues``): the plain path, which
+        leaves paused and limited queues out; ``limited`` (``p_queue``) and ``limited_id``
+        (``p_queue``, ``p_id``): one limited queue, at most its free slots (its ``max_running``
+        less its running jobs with unexpired leases at ``p_now``; none when it is paused or no
+        longer limited)."""
         table = self._qualified_table
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
-        queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
-                        "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
         controls = self._qualified_name(self.queues_table.name)
+        queue_filter = {"all": "", "one": " AND queue = %(p_queue)s",
+                        "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))",
+                        "limited": " AND queue = %(p_queue)s",
+                        "limited_id": " AND queue = %(p_queue)s AND id = %(p_id)s"}[shape]
+        if shape.startswith("limited"):
+            running = (
+                f"SELECT count(*) FROM {table} WHERE status = 'running' AND queue = %(p_queue)s "
+                "AND lease_expires_at > %(p_now)s"
+            )
+            room = (
+                f"SELECT GREATEST(c.max_running - ({running}), 0) FROM {controls} AS c "
+                "WHERE c.name = %(p_queue)s AND NOT c.paused AND c.max_running IS NOT NULL"
+            )
+            limit = f"LEAST(%(p_limit)s, COALESCE(({room}), 0))"
+        else:
+            queue_filter += f" AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE})"
+            limit = "%(p_limit)s"
         chosen = (
             f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
             f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
-            f"AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE}) "
-            "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED"
+            f"ORDER BY priority DESC, scheduled_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED"
         )
         update = (
             f"UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
@@ -126,20 +147,63 @@ class PgLeases(PgConnections):
     def _limited_top_up(
         self, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int
     ) -> list[Job]:
-        """:meth:`_top_up_limited` as jobs; a storage error there leases nothing more (the plain
-        lease's jobs are still handed out; the next lease meets the trouble again)."""
+        """:meth:`_top_up_limited`; a storage error there leases nothing more (the plain lease's
+        jobs are still handed out; the next lease meets the trouble again)."""
         try:
-            rows = self._top_up_limited(queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
+            return self._top_up_limited(queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit)
         except StorageUnavailable:
             return []
-        return [row_to_job(r) for r in rows]
 
-    def _lease_token_expression(self) -> Any:
-        t = self.table
-        return func.md5(bindparam("p_secret", type_=Text()) + cast(t.c.id, Text()))
+    def _limited_sql(self, shape: str) -> str:
+        """The limited-queue lease as one simple query of two statements, an implicit transaction:
+        lock the queue's row, then (a new statement, so a new snapshot that sees every lease
+        committed before the lock was granted) count its running jobs and lease at most the
+        remainder (:meth:`_lease_parts` shape ``limited``/``limited_id``)."""
+        key = ("limited_sql", shape)
+        sql = self._statements.get(key)
+        if sql is None:
+            controls = self._qualified_name(self.queues_table.name)
+            chosen, update = self._lease_parts(shape)
+            sql = self._statements[key] = (
+                f"SELECT 1 FROM {controls} WHERE name = %(p_queue)s FOR UPDATE; WITH chosen AS ({chosen}) {update}"
+            )
+        return str(sql)
 
-    def _token_params(self) -> dict[str, Any]:
-        return {"p_secret": secrets.token_hex(16)}
+    def _lease_limited_alone(
+        self, queue: str, *, worker_id: str, now: datetime, lease_timeout: float, limit: int, job_id: int | None = None
+    ) -> list[Job]:
+        """The limited-queue lease (:meth:`_limited_sql`) in **one** round trip: both statements
+        go in one simple query (parameters bound client-side), which PostgreSQL runs as one
+        transaction, so the queue's row stays locked only while the server runs them.  A reply
+        lost while it commits is read back by the lease's secret."""
+        sql = self._limited_sql("limited" if job_id is None else "limited_id")
+        params: dict[str, Any] = {
+            **self._lease_params([queue], worker_id, now, lease_timeout, limit), "p_queue": queue, "p_id": job_id,
+        }
+
+        def run(driver: Any) -> list[tuple[Any, ...]]:
+            cursor = psycopg.ClientCursor(driver)
+            cursor.execute(sql, params)
+            cursor.nextset()  # past the lock's row: the leased rows
+            return cursor.fetchall()
+
+        for attempt in range(self.retry_attempts):
+            secret = secrets.token_hex(16)
+            params["p_secret"] = secret
+            try:
+                rows = self._write_once("lease jobs of a limited queue", run, connect=self._driver_connection)
+            except _UnknownOutcome:
+                recovered = self._read(
+                    "check an interrupted lease",
+                    lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
+                )
+                if recovered:
+                    return [row_to_job(r) for r in recovered]
+                if attempt + 1 < self.retry_attempts:
+                    self._sleep(attempt)
+                continue
+            return [job_from_tuple(r) for r in rows]
+        raise StorageUnavailable(f"{self.safe_url}: could not lease jobs of queue {queue}: the connection kept failing")
 
     def _rows_leased_under(
         self, conn: Connection, secret: str, worker_id: str, now: datetime, lease_timeout: float

@@ -30,10 +30,11 @@ from typing import Any
 from sqlalchemy import Integer, Table, bindparam, func, not_, or_, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql import ColumnElement
+from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
-from tether.domain.job import JobStatus
+from tether.domain.job import Job, JobStatus
 from tether.domain.queues import (
     QueueState,
     lease_room,
@@ -164,21 +165,23 @@ class SqlQueueControls(SqlReads):
 
     def _lease_limited_alone(
         self, queue: str, *, worker_id: str, now: datetime, lease_timeout: float, limit: int, job_id: int | None = None
-    ) -> list[Row[Any]]:
-        """:meth:`_lease_limited` in a transaction of its own.  When the connection dies while it
-        commits, the rows leased by this call (this worker, this ``now`` and expiry, running) are
-        read back, so a lost reply never silently burns an attempt."""
+    ) -> list[Job]:
+        """:meth:`_lease_limited` in a transaction of its own; the jobs leased.  When the
+        connection dies while it commits, the rows leased by this call (this worker, this ``now``
+        and expiry, running) are read back, so a lost reply never silently burns an attempt.
+        (PostgreSQL sends the whole transaction in one round trip instead: :mod:`.pg_leases`.)"""
         expires = now + timedelta(seconds=lease_timeout)
         extra = self._token_params()
         try:
-            return self._write_once(
+            rows = self._write_once(
                 "lease jobs of a limited queue",
                 lambda c: self._lease_limited(
                     c, queue, worker_id=worker_id, now=now, expires=expires, limit=limit, job_id=job_id, extra=extra
                 ),
             )
         except _UnknownOutcome:
-            return self._read("check an interrupted lease", lambda c: self._rows_leased_at(c, queue, worker_id, now, expires))
+            rows = self._read("check an interrupted lease", lambda c: self._rows_leased_at(c, queue, worker_id, now, expires))
+        return [row_to_job(r) for r in rows]
 
     def _rows_leased_at(
         self, conn: Connection, queue: str, worker_id: str, now: datetime, expires: datetime
@@ -192,21 +195,21 @@ class SqlQueueControls(SqlReads):
 
     def _top_up_limited(
         self, queues: Sequence[str] | None, *, worker_id: str, now: datetime, lease_timeout: float, limit: int
-    ) -> list[Row[Any]]:
+    ) -> list[Job]:
         """Up to ``limit`` more jobs from the limited queues among ``queues``, one short
         transaction per queue (PostgreSQL: after the one-statement plain lease)."""
-        rows: list[Row[Any]] = []
+        jobs: list[Job] = []
         if limit < 1:
-            return rows
+            return jobs
         for name in self._limited_queues(queues):
-            rows += self._lease_limited_alone(
-                name, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(rows)
+            jobs += self._lease_limited_alone(
+                name, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(jobs)
             )
-            if len(rows) >= limit:
+            if len(jobs) >= limit:
                 break
-        return rows
+        return jobs
 
-    def _lease_job_limited(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Row[Any] | None:
+    def _lease_job_limited(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
         """Lease job ``job_id`` if its queue is limited (not paused) and has a free slot: for
         ``lease_job``, after its plain statement (which leaves restricted queues out) found nothing."""
         limited = self._limited_queues(None)
@@ -215,10 +218,10 @@ class SqlQueueControls(SqlReads):
         queue = self._read("read a job's queue", lambda c: self._queue_of(c, job_id))
         if queue is None or queue not in limited:
             return None
-        rows = self._lease_limited_alone(
+        jobs = self._lease_limited_alone(
             queue, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=1, job_id=job_id
         )
-        return next((r for r in rows if int(r.id) == job_id), None)
+        return next((j for j in jobs if j.id == job_id), None)
 
     def _lease_limited(
         self,

@@ -163,8 +163,9 @@ class Acquirer:
         stopping = self._held.stopping
         backoff = 0.0
         while not stopping.is_set():
-            if self._queue_limits is not None:
-                self._queue_limits.refresh()  # at most once a second, outside the pool's lock
+            if self._queue_limits is not None:  # outside the pool's lock
+                self._queue_limits.refresh()  # at most once a second
+                self._queue_limits.announce_freed()  # freed slots of limited queues not yet announced
             with self._lock:
                 # While a completion flush is pending or on the wire it leases for the free
                 # slots itself (``complete_and_lease``): one round trip for both.

@@ -6,10 +6,13 @@ behave well around them:
 - **no prefetch from a limited queue** (:attr:`QueueLimits.limited`): while any queue the pool
   serves is limited, the acquirer leases no job ahead of its free threads, so a pool never holds
   a limited queue's slots for jobs it cannot start yet;
-- **a freed slot wakes waiting workers** (:meth:`QueueLimits.slot_freed`): when a job of a limited
-  queue leaves ``running`` in this pool (completed, failed, released, snoozed, cancelled), the
-  next due job of that queue is announced to the dispatcher (polling wakes this process's
-  acquirers; Redis Streams publishes it, so an idle worker of any process leases it);
+- **a freed slot wakes waiting workers** (:meth:`QueueLimits.slot_freed`): when jobs of a limited
+  queue leave ``running`` in this pool (completed, failed, released, snoozed, cancelled), as many
+  of the queue's next due jobs are announced to the dispatcher (polling wakes this process's
+  acquirers; Redis Streams publishes them, so idle workers of any process lease them).  The
+  announcements of one queue are coalesced: at most one read of its due jobs per
+  :data:`ANNOUNCE_INTERVAL` (the acquiring loop sends what is left, :meth:`QueueLimits.announce_freed`),
+  so a busy limited queue costs one small read every few milliseconds, not one per job;
 - **idle means nothing runnable** (:meth:`QueueLimits.paused_names`): jobs waiting in a paused
   queue do not keep ``run(stop_when_idle=True)`` running.
 
@@ -34,6 +37,10 @@ from tether.ports.repository import JobRepository
 
 #: Seconds between two reads of the queue controls by one pool.
 REFRESH_SECONDS = 1.0
+#: Least seconds between two announcements of one limited queue's freed slots by one pool.
+ANNOUNCE_INTERVAL = 0.02
+#: Most due jobs announced at once for one queue.
+ANNOUNCE_BATCH = 100
 
 
 class QueueLimits:
@@ -62,6 +69,9 @@ class QueueLimits:
         self._states: dict[str, QueueState] = {}
         self._read_at: float | None = None
         self._lock = threading.Lock()
+        self._freed: dict[str, int] = {}  # limited queue -> slots freed since its last announcement
+        self._announced_at: dict[str, float] = {}
+        self._freed_lock = threading.Lock()
         #: True while a queue this pool serves is limited (read without a lock: one bool).
         self.limited = False
 
@@ -92,18 +102,36 @@ class QueueLimits:
         return frozenset(name for name, s in self._states.items() if s.paused)
 
     def slot_freed(self, job: Job) -> None:
-        """``job`` left ``running`` in this pool: if its queue is limited, announce the queue's
-        next due job to the dispatcher; never raises."""
+        """``job`` left ``running`` in this pool: if its queue is limited, note the freed slot and
+        announce the queue's freed slots unless it was announced less than
+        :data:`ANNOUNCE_INTERVAL` ago; never raises."""
         state = self._states.get(job.queue)
         if state is None or state.max_running is None or state.paused:
             return
-        try:
-            due = self._repository.due_jobs(now=self._clock.now(), queues=[job.queue], limit=1)
-            if due:
-                self._dispatcher.notify(due)
-        except Exception:  # noqa: BLE001 - a poll or the sweep finds the job anyway
-            self._ratelog("slot-freed", logging.WARNING, "could not announce a freed slot of queue %s", job.queue,
-                          exc_info=True)
+        with self._freed_lock:
+            self._freed[job.queue] = self._freed.get(job.queue, 0) + 1
+        self.announce_freed()
+
+    def announce_freed(self) -> None:
+        """Announce to the dispatcher, for each limited queue with slots freed since its last
+        announcement at least :data:`ANNOUNCE_INTERVAL` ago, as many of its due jobs (at most
+        :data:`ANNOUNCE_BATCH`); never raises."""
+        if not self._freed:
+            return
+        now = time.monotonic()
+        with self._freed_lock:
+            ready = {q: n for q, n in self._freed.items() if now - self._announced_at.get(q, 0.0) >= ANNOUNCE_INTERVAL}
+            for queue in ready:
+                del self._freed[queue]
+                self._announced_at[queue] = now
+        for queue, freed in ready.items():
+            try:
+                due = self._repository.due_jobs(now=self._clock.now(), queues=[queue], limit=min(freed, ANNOUNCE_BATCH))
+                if due:
+                    self._dispatcher.notify(due)
+            except Exception:  # noqa: BLE001 - a poll, a refill or the sweep finds the jobs anyway
+                self._ratelog("slot-freed", logging.WARNING, "could not announce freed slots of queue %s", queue,
+                              exc_info=True)
 
 
-__all__ = ["REFRESH_SECONDS", "QueueLimits"]
+__all__ = ["ANNOUNCE_BATCH", "ANNOUNCE_INTERVAL", "REFRESH_SECONDS", "QueueLimits"]
