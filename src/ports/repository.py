@@ -303,8 +303,11 @@ class JobRepository(Protocol):
         ...
 
     def queue_states(self) -> list[QueueState]:
-        """Every stored queue record (paused, limited, or once so), by name."""
-        ...
+        """Every stored queue record (paused, limited, or once so), by name.
+
+        This default: none (a store written before queue controls existed); Tether's stores
+        override it, with the two writes above."""
+        return []
 
     def count_by_queue(self, *, job_types: Sequence[str] | None = None) -> dict[str, dict[JobStatus, int]]:
         """How many jobs each queue holds per status (every status present, zero included), for
