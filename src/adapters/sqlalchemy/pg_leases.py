@@ -75,6 +75,7 @@ class PgLeases(PgConnections):
                         "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))",
                         "limited": " AND queue = %(p_queue)s",
                         "limited_id": " AND queue = %(p_queue)s AND id = %(p_id)s"}[shape]
+        free_slots = None
         if shape.startswith("limited"):
             running = (
                 f"SELECT count(*) FROM {table} WHERE status = 'running' AND queue = %(p_queue)s "
@@ -84,15 +85,22 @@ class PgLeases(PgConnections):
                 f"SELECT GREATEST(c.max_running - ({running}), 0) FROM {controls} AS c "
                 "WHERE c.name = %(p_queue)s AND NOT c.paused AND c.max_running IS NOT NULL"
             )
-            limit = f"LEAST(%(p_limit)s, COALESCE(({room}), 0))"
+            free_slots = f"COALESCE(({room}), 0)"
         else:
             queue_filter += f" AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE})"
-            limit = "%(p_limit)s"
-        chosen = (
-            f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
+        due = (
+            f"FROM {table} WHERE status IN ('queued', 'retrying') "
             f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
-            f"ORDER BY priority DESC, scheduled_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED"
+            "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED"
         )
+        chosen = f"SELECT id {due}"
+        if free_slots is not None:
+            # The free slots cut the p_limit rows down afterwards: a LIMIT the planner cannot read
+            # would make it expect a tenth of the table and hash-join all of it.
+            chosen = (
+                f"SELECT picked.id FROM (SELECT id, priority, scheduled_at {due}) AS picked "
+                f"ORDER BY picked.priority DESC, picked.scheduled_at, picked.id LIMIT {free_slots}"
+            )
         update = (
             f"UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
             "lease_token = md5(%(p_secret)s || CAST(j.id AS text)), leased_by = %(p_worker)s, "
