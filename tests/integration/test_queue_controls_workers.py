@@ -166,3 +166,28 @@ def test_a_limit_of_three_holds_across_four_processes_of_eight_threads(app: Teth
         running, peak = conn.execute(text(f'SELECT running, peak FROM "{schema}".probe')).one()
     assert running == 0
     assert peak == 3, f"the handlers saw at most {peak} of them running at once; the limit is 3"
+
+
+@pytest.mark.parametrize("queues", [None, ["mail", "reports"]], ids=["all-queues", "named-queues"])
+def test_run_until_idle_does_not_wait_for_a_paused_queue(queues: list[str] | None) -> None:
+    from tether.adapters.clock import SystemClock
+    from tether.adapters.memory import InMemoryJobRepository
+
+    repo, clock = InMemoryJobRepository(), SystemClock()
+    app = Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock)
+    ran: list[str] = []
+    app.register("mail.send", lambda payload: ran.append("mail"), queue="mail")
+    app.register("report.build", lambda payload: ran.append("report"), queue="reports")
+    held = app.enqueue("mail.send", {}).job
+    app.enqueue("report.build", {})
+    app.pause_queue("mail")
+    result: list[object] = []
+    runner = threading.Thread(
+        target=lambda: result.append(app.worker(concurrency=2, queues=queues).run(stop_when_idle=True,
+                                                                                  install_signal_handlers=False)),
+        daemon=True,
+    )
+    runner.start()
+    runner.join(10.0)
+    assert not runner.is_alive(), "run(stop_when_idle=True) kept waiting for a job of a paused queue"
+    assert ran == ["report"] and app.get(held.id).status is JobStatus.QUEUED
