@@ -26,6 +26,7 @@ from tether.testing.model import FINISHED, JobModel, ModelInvalid, ModelJob, Mod
 from tether.testing.statemachine.base import (
     LEASE_TIMEOUT,
     QUEUE_FILTERS,
+    QUEUES,
     WORKERS,
     WRITES,
     MachineBase,
@@ -142,18 +143,6 @@ class RepositoryStateMachine(MachineBase):
             pass
 
     # -- time --------------------------------------------------------------------------------
-    @rule(queue=queues)
-    def pause_queue(self, queue: str) -> None:
-        state = self.repository.set_queue_paused(queue, True, now=self.clock.now())
-        assert state.paused and state.name == queue
-        self.model.pause(queue)
-
-    @rule(queue=queues)
-    def resume_queue(self, queue: str) -> None:
-        state = self.repository.set_queue_paused(queue, False, now=self.clock.now())
-        assert not state.paused and state.name == queue
-        self.model.resume(queue)
-
     @rule(seconds=steps)
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -166,8 +155,22 @@ class RepositoryStateMachine(MachineBase):
         self.issued.append((ordinal, job.lease_token))
         self._check(job)
 
-    @rule(worker=st.sampled_from(WORKERS), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3))
-    def lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int) -> None:
+    @rule(worker=st.sampled_from(WORKERS), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3),
+          paused=st.sampled_from((None, *QUEUES)))
+    def lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, paused: str | None = None) -> None:
+        """A lease, in the model's order; with ``paused``, that queue is paused for it (nothing of
+        it may come back, nor be listed by ``due_jobs``) and resumed afterwards."""
+        if paused is not None:
+            assert self.repository.set_queue_paused(paused, True, now=self.clock.now()).paused
+            self.model.pause(paused)
+        try:
+            self._lease(worker, queue_filter, limit)
+        finally:
+            if paused is not None:
+                assert not self.repository.set_queue_paused(paused, False, now=self.clock.now()).paused
+                self.model.resume(paused)
+
+    def _lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int) -> None:
         now = self.clock.now()
         expected = self.model.next_leases(now=now, queues=queue_filter, limit=limit)
         listed = self.repository.due_jobs(now=now, queues=None if queue_filter is None else list(queue_filter), limit=limit)
