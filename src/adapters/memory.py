@@ -36,6 +36,8 @@ from tether.domain.queues import (
     lease_room,
     validate_max_running,
     validate_queue_name,
+    validate_rate,
+    window_start_micros,
 )
 from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import (
@@ -82,6 +84,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         self._running: set[int] = set()
         self._workers: dict[str, WorkerEntry] = {}
         self._queue_states: dict[str, QueueState] = {}
+        self._windows: dict[str, tuple[int, int]] = {}  # rate-limited queue -> (window start µs, starts)
 
     def __repr__(self) -> str:
         return f"InMemoryJobRepository(jobs={len(self._jobs)})"
@@ -115,10 +118,24 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         state = self._queue_states.get(queue)
         if state is None or not state.restricted:
             return None
-        running = 0
-        if not state.paused:
+        running = started = 0
+        if not state.paused and state.max_running is not None:
             running = sum(1 for i in self._running if self._jobs[i].queue == queue and counts_as_running(self._jobs[i], now))
-        return lease_room(state, running)
+        period = state.rate_period_micros
+        if not state.paused and period is not None:
+            window, count = self._windows.get(queue, (None, 0))
+            started = count if window == window_start_micros(now, period) else 0
+        return lease_room(state, running, started)
+
+    def _started(self, queue: str, now: datetime) -> None:
+        """Count one start in ``queue``'s current rate window (with the lock held)."""
+        state = self._queue_states.get(queue)
+        period = None if state is None else state.rate_period_micros
+        if period is None:
+            return
+        window = window_start_micros(now, period)
+        current, count = self._windows.get(queue, (window, 0))
+        self._windows[queue] = (window, count + 1 if current == window else 1)
 
     def _fenced(self, job_id: int, token: str) -> Job:
         job = self._jobs.get(job_id)
@@ -317,6 +334,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                 room = rooms[best_queue]
                 if room is not None:
                     rooms[best_queue] = room - 1
+                    self._started(best_queue, now)
                 job = transitions.lease(
                     self._jobs[best[2]], now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout
                 )
@@ -332,6 +350,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
             job = self._jobs.get(job_id)
             if job is None or not job.is_due(now) or job.attempts >= job.max_attempts or self._room(job.queue, now) == 0:
                 return None
+            self._started(job.queue, now)
             job = transitions.lease(job, now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout)
             self._store(job)
             return job
@@ -427,6 +446,14 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         limit = None if max_running is None else validate_max_running(max_running)
         now = ensure_utc(now, "now")
         return self._write_queue_state(queue, now, max_running=limit)
+
+    def set_queue_rate(
+        self, queue: str, rate_limit: int | None, rate_period: float | None, *, now: datetime
+    ) -> QueueState:
+        queue = validate_queue_name(queue)
+        limit, period = (None, None) if rate_limit is None and rate_period is None else validate_rate(rate_limit, rate_period)
+        now = ensure_utc(now, "now")
+        return self._write_queue_state(queue, now, rate_limit=limit, rate_period=period)
 
     def queue_states(self) -> list[QueueState]:
         with self._lock:

@@ -282,8 +282,8 @@ class JobRepository(Protocol):
     # -- queue controls (see tether.domain.queues) -------------------------------------------
     # Every lease above (``lease``, ``lease_job``, ``complete_and_lease``) honours them: no job of
     # a paused queue is leased by a statement that starts after the pause was written, and a
-    # limited queue never has more than ``max_running`` jobs running under unexpired leases,
-    # however many workers lease at once.  ``due_jobs`` leaves paused queues out.
+    # limited queue never has more than ``max_running`` jobs running under unexpired leases, nor
+    # more than ``rate_limit`` leases in one rate window, however many workers lease at once.  ``due_jobs`` leaves paused queues out.
     def set_queue_paused(self, queue: str, paused: bool, *, now: datetime) -> QueueState:
         """Pause (``paused=True``) or resume a queue, which need not have any job; returns its
         state as written (``updated_at = now``, aware UTC).  Idempotent.
@@ -299,6 +299,20 @@ class JobRepository(Protocol):
 
         Raises:
             ValidationError: a bad queue name (``queue``) or limit (``max_running``); nothing written.
+        """
+        ...
+
+    def set_queue_rate(
+        self, queue: str, rate_limit: int | None, rate_period: float | None, *, now: datetime
+    ) -> QueueState:
+        """Set (``rate_limit`` starts per window of ``rate_period`` seconds, see
+        :func:`~tether.domain.queues.validate_rate`) or clear (both None) the queue's rate limit;
+        returns its state as written.  The windows are fixed (multiples of ``rate_period`` seconds
+        since the Unix epoch); every lease of the queue counts as a start of the window of its ``now``.
+
+        Raises:
+            ValidationError: a bad queue name (``queue``), ``rate_limit`` or ``rate_period``;
+                nothing written.
         """
         ...
 

@@ -43,7 +43,7 @@ from tether.adapters.sqlalchemy.schema import RESTRICTED_PREDICATE, status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import Job, JobStatus, lease_order_key
-from tether.domain.timeutil import ensure_utc
+from tether.domain.timeutil import ensure_utc, to_micros
 from tether.domain.validation import validate_seconds, validate_worker_id
 
 #: The status a fenced completion writes on the row ``j``: ``cancelled`` when an operator asked to
@@ -66,8 +66,8 @@ class PgLeases(PgConnections):
         Shapes: ``all``, ``one`` (``p_queue``), ``many`` (``p_queues``): the plain path, which
         leaves paused and limited queues out; ``limited`` (``p_queue``) and ``limited_id``
         (``p_queue``, ``p_id``): one limited queue, at most its free slots (its ``max_running``
-        less its running jobs with unexpired leases at ``p_now``; none when it is paused or no
-        longer limited)."""
+        less its running jobs with unexpired leases at ``p_now``, and its ``rate_limit`` less its
+        starts in the rate window of ``p_now_us``; none when it is paused or no longer limited)."""
         table = self._qualified_table
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
         controls = self._qualified_name(self.queues_table.name)
@@ -81,9 +81,14 @@ class PgLeases(PgConnections):
                 f"SELECT count(*) FROM {table} WHERE status = 'running' AND queue = %(p_queue)s "
                 "AND lease_expires_at > %(p_now)s"
             )
+            window = "(%(p_now_us)s / c.rate_period_us) * c.rate_period_us"
             room = (
-                f"SELECT GREATEST(c.max_running - ({running}), 0) FROM {controls} AS c "
-                "WHERE c.name = %(p_queue)s AND NOT c.paused AND c.max_running IS NOT NULL"
+                "SELECT GREATEST(LEAST("
+                f"CASE WHEN c.max_running IS NULL THEN NULL ELSE c.max_running - ({running}) END, "
+                "CASE WHEN c.rate_limit IS NULL THEN NULL ELSE c.rate_limit - "
+                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) END), 0) "
+                f"FROM {controls} AS c WHERE c.name = %(p_queue)s AND NOT c.paused "
+                "AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)"
             )
             free_slots = f"COALESCE(({room}), 0)"
         else:
@@ -166,14 +171,22 @@ class PgLeases(PgConnections):
         """The limited-queue lease as one simple query of two statements, an implicit transaction:
         lock the queue's row, then (a new statement, so a new snapshot that sees every lease
         committed before the lock was granted) count its running jobs and lease at most the
-        remainder (:meth:`_lease_parts` shape ``limited``/``limited_id``)."""
+        remainder (:meth:`_lease_parts` shape ``limited``/``limited_id``), counting the leases in
+        the queue's rate window (``window_start_us``, ``window_starts``) in the same statement."""
         key = ("limited_sql", shape)
         sql = self._statements.get(key)
         if sql is None:
             controls = self._qualified_name(self.queues_table.name)
             chosen, update = self._lease_parts(shape)
+            window = "(%(p_now_us)s / c.rate_period_us) * c.rate_period_us"
+            count_starts = (  # the rate window's starts, in the same statement as the lease
+                f"UPDATE {controls} AS c SET window_start_us = {window}, window_starts = "
+                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) + (SELECT count(*) FROM leased) "
+                "WHERE c.name = %(p_queue)s AND c.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM leased)"
+            )
             sql = self._statements[key] = (
-                f"SELECT 1 FROM {controls} WHERE name = %(p_queue)s FOR UPDATE; WITH chosen AS ({chosen}) {update}"
+                f"SELECT 1 FROM {controls} WHERE name = %(p_queue)s FOR UPDATE; "
+                f"WITH chosen AS ({chosen}), leased AS ({update}), starts AS ({count_starts}) SELECT * FROM leased"
             )
         return str(sql)
 
@@ -187,6 +200,7 @@ class PgLeases(PgConnections):
         sql = self._limited_sql("limited" if job_id is None else "limited_id")
         params: dict[str, Any] = {
             **self._lease_params([queue], worker_id, now, lease_timeout, limit), "p_queue": queue, "p_id": job_id,
+            "p_now_us": to_micros(now),
         }
 
         def run(driver: Any) -> list[tuple[Any, ...]]:

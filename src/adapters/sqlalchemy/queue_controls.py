@@ -11,7 +11,8 @@
   limited queue: lock the queue's row (``SELECT ... FOR UPDATE``; SQLite's write transaction
   already holds the database), then, in a new statement that sees every lease committed before the
   lock was granted, count the queue's running jobs with unexpired leases, and lease at most the
-  remainder.  Two workers can therefore never overshoot the limit; a completion or a reap only
+  remainder, and at most what is left of the rate window's starts (``window_starts`` of the
+  window at ``window_start_us``, updated by the same transaction).  Two workers can therefore never overshoot the limit; a completion or a reap only
   frees slots, so a stale count can only under-use them.
 - **Which queues are limited** (:meth:`SqlQueueControls._limited_queues`): read from the table,
   on PostgreSQL at most once per :data:`LIMITED_REFRESH_SECONDS` per repository (and at once
@@ -40,6 +41,8 @@ from tether.domain.queues import (
     lease_room,
     validate_max_running,
     validate_queue_name,
+    validate_rate,
+    window_start_micros,
 )
 from tether.domain.timeutil import ensure_utc
 
@@ -60,7 +63,8 @@ class SqlQueueControls(SqlReads):
         """Insert the queue's row with ``changes`` (defaults: unpaused, no limit) or update those
         columns; the row as written."""
         q = self.queues_table
-        values = {"name": name, "paused": False, "max_running": None, "updated_at": now, **changes}
+        values = {"name": name, "paused": False, "max_running": None, "updated_at": now, "rate_limit": None,
+                  "rate_period_us": None, "window_start_us": None, "window_starts": 0, **changes}
         insert = self._dialect_insert()(q).values(**values)
         stmt = insert.on_conflict_do_update(index_elements=[q.c.name], set_={**changes, "updated_at": now})
         conn.execute(stmt)
@@ -94,6 +98,21 @@ class SqlQueueControls(SqlReads):
         now = ensure_utc(now, "now")
         return self._write_queue("limit a queue", name, now, {"max_running": limit})
 
+    def set_queue_rate(
+        self, queue: str, rate_limit: int | None, rate_period: float | None, *, now: datetime
+    ) -> QueueState:
+        """One upsert of the queue's rate limit (both None clear it); the state as written.  A new
+        rate starts counting afresh."""
+        name = validate_queue_name(queue)
+        if rate_limit is None and rate_period is None:
+            limit, period_us = None, None
+        else:
+            limit, period = validate_rate(rate_limit, rate_period)
+            period_us = round(period * 1_000_000)
+        now = ensure_utc(now, "now")
+        changes = {"rate_limit": limit, "rate_period_us": period_us, "window_start_us": None, "window_starts": 0}
+        return self._write_queue("rate-limit a queue", name, now, changes)
+
     def queue_states(self) -> list[QueueState]:
         q = self.queues_table
         stmt = select(q).order_by(q.c.name)
@@ -117,7 +136,7 @@ class SqlQueueControls(SqlReads):
     def _unrestricted(self) -> ColumnElement[bool]:
         """``queue NOT IN (restricted queues)``: the plain lease path's filter."""
         q = self.queues_table
-        restricted = select(q.c.name).where(or_(q.c.paused, q.c.max_running.is_not(None)))
+        restricted = select(q.c.name).where(or_(q.c.paused, q.c.max_running.is_not(None), q.c.rate_limit.is_not(None)))
         return self.table.c.queue.not_in(restricted)
 
     def _not_paused(self) -> ColumnElement[bool]:
@@ -129,7 +148,11 @@ class SqlQueueControls(SqlReads):
 
     def _read_limited(self, conn: Connection) -> tuple[str, ...]:
         q = self.queues_table
-        stmt = select(q.c.name).where(q.c.max_running.is_not(None), not_(q.c.paused)).order_by(q.c.name)
+        stmt = (
+            select(q.c.name)
+            .where(or_(q.c.max_running.is_not(None), q.c.rate_limit.is_not(None)), not_(q.c.paused))
+            .order_by(q.c.name)
+        )
         return tuple(conn.execute(stmt).scalars())
 
     def _limited_queues(self, queues: Sequence[str] | None, conn: Connection | None = None) -> list[str]:
@@ -240,22 +263,29 @@ class SqlQueueControls(SqlReads):
         rows leased; none when the queue is paused, at its limit, or no longer limited (the plain
         path serves it then)."""
         q = self.queues_table
-        control = conn.execute(
-            select(q.c.paused, q.c.max_running).where(q.c.name == queue).with_for_update()
-        ).first()
-        if control is None or control.max_running is None:
+        control = conn.execute(select(q).where(q.c.name == queue).with_for_update()).first()
+        if control is None or (control.max_running is None and control.rate_limit is None):
             return []
-        state = QueueState(queue, paused=bool(control.paused), max_running=int(control.max_running))
-        running = 0
-        if not state.paused:
+        state = _state(control)
+        running = started = 0
+        window = None
+        if not state.paused and state.max_running is not None:
             running = int(conn.execute(self._running_count_statement(), {"p_queue": queue, "p_now": now}).scalar_one())
-        room = lease_room(state, running)
+        period = state.rate_period_micros
+        if not state.paused and period is not None:
+            window = window_start_micros(now, period)
+            started = int(control.window_starts) if control.window_start_us == window else 0
+        room = lease_room(state, running, started)
         if not room:
             return []
         params = {"p_now": now, "p_expires": expires, "p_worker": worker_id, **(extra or {})}
         if job_id is not None:
-            return list(conn.execute(self._limited_by_id_statement(), {**params, "p_id": job_id}))
-        return list(conn.execute(self._limited_statement(), {**params, "p_queue": queue, "p_limit": min(limit, room)}))
+            rows = list(conn.execute(self._limited_by_id_statement(), {**params, "p_id": job_id}))
+        else:
+            rows = list(conn.execute(self._limited_statement(), {**params, "p_queue": queue, "p_limit": min(limit, room)}))
+        if window is not None and rows:
+            conn.execute(update(q).where(q.c.name == queue).values(window_start_us=window, window_starts=started + len(rows)))
+        return rows
 
     def _running_count_statement(self) -> Any:
         stmt = self._statements.get("running_count")
@@ -334,6 +364,8 @@ def _state(row: Any) -> QueueState:
         paused=bool(row.paused),
         max_running=None if row.max_running is None else int(row.max_running),
         updated_at=row.updated_at,
+        rate_limit=None if row.rate_limit is None else int(row.rate_limit),
+        rate_period=None if row.rate_period_us is None else int(row.rate_period_us) / 1_000_000,
     )
 
 

@@ -63,8 +63,9 @@ TABLE_NAME = "tether_jobs"
 WORKERS_TABLE_NAME = "tether_workers"
 QUEUES_TABLE_NAME = "tether_queues"
 #: A queue row that sends its jobs off the plain lease path (shared with revision 0005).
-RESTRICTED_PREDICATE = "paused OR max_running IS NOT NULL"
+RESTRICTED_PREDICATE = "paused OR max_running IS NOT NULL OR rate_limit IS NOT NULL"
 MAX_RUNNING_CHECK = "max_running IS NULL OR max_running >= 1"
+RATE_CHECK = "(rate_limit IS NULL) = (rate_period_us IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period_us >= 1000))"
 LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
 RUNNING_PREDICATE = "status = 'running'"
 FINISHED_PREDICATE = "finished_at IS NOT NULL"
@@ -202,7 +203,10 @@ def build_workers_table(metadata: MetaData) -> Table:
 def build_queues_table(metadata: MetaData) -> Table:
     """Define ``tether_queues`` (in ``metadata``'s schema), the queue controls; returns the Table.
 
-    ``paused`` stops leases of the queue; ``max_running`` (NULL: no limit) caps its running jobs."""
+    ``paused`` stops leases of the queue; ``max_running`` (NULL: no limit) caps its running jobs;
+    ``rate_limit`` starts per ``rate_period_us`` microseconds (both NULL: no rate limit), counted
+    in ``window_starts`` for the window starting at ``window_start_us`` (microseconds since the
+    Unix epoch, a multiple of the period)."""
     return Table(
         QUEUES_TABLE_NAME,
         metadata,
@@ -210,7 +214,12 @@ def build_queues_table(metadata: MetaData) -> Table:
         Column("paused", Boolean(create_constraint=False), nullable=False),
         Column("max_running", Integer(), nullable=True),
         Column("updated_at", UtcDateTime(), nullable=False),
+        Column("rate_limit", Integer(), nullable=True),
+        Column("rate_period_us", BigInteger(), nullable=True),
+        Column("window_start_us", BigInteger(), nullable=True),
+        Column("window_starts", Integer(), nullable=False),
         CheckConstraint(MAX_RUNNING_CHECK, name="ck_tether_queues_max_running"),
+        CheckConstraint(RATE_CHECK, name="ck_tether_queues_rate"),
     )
 
 
@@ -240,6 +249,7 @@ __all__ = [
     "LEASABLE_QUEUE_INDEX",
     "MAX_RUNNING_CHECK",
     "QUEUES_TABLE_NAME",
+    "RATE_CHECK",
     "RESTRICTED_PREDICATE",
     "RUNNING_INDEX",
     "STATUS_CHECK",

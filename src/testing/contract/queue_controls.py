@@ -5,7 +5,8 @@ The rules (:mod:`tether.domain.queues`): no job of a paused queue is leased (``l
 jobs and running jobs finish; a limited queue never has more than ``max_running`` jobs running
 under unexpired leases, however many callers lease at once; an expired lease frees its slot
 before the reaper writes the job; queues stay implicit (a queue without jobs may be paused or
-limited); bad input names its field and writes nothing.
+limited); a rate-limited queue starts at most ``rate_limit`` jobs per fixed window of
+``rate_period`` seconds; bad input names its field and writes nothing.
 """
 
 from __future__ import annotations
@@ -186,6 +187,91 @@ class QueueControlContract(ContractSupport):
         self.run_threads([lambda i=i: lease(i) for i in range(self.limit_race_threads)])  # type: ignore[misc]
         assert len(taken) == 3
         assert repository.count_by_status(queue="api")[JobStatus.RUNNING] == 3
+
+    # -- rate limits ------------------------------------------------------------------------------
+    def test_a_rate_limited_queue_starts_at_most_its_rate_per_fixed_window(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        start = clock.now()  # 2026-01-01T00:00:00Z: a multiple of 10 s since the epoch
+        state = repository.set_queue_rate("api", 3, 10.0, now=clock.now())
+        assert (state.rate_limit, state.rate_period, state.max_running) == (3, 10.0, None)
+        jobs = [self.add(repository, clock, queue="api") for _ in range(10)]
+        other = self.add(repository, clock, queue="bulk")
+        self.at(clock, start, 1)
+        first = self._lease(repository, clock, limit=20)
+        assert sorted(j.id for j in first) == sorted([j.id for j in jobs[:3]] + [other.id])
+        for job in first:  # finished jobs do not give starts back
+            repository.complete(job.id, self.token_of(job), now=clock.now())
+        self.at(clock, start, 9.999)
+        assert self._lease(repository, clock) == []
+        assert repository.lease_job(jobs[3].id, worker_id="w", now=clock.now(), lease_timeout=60) is None
+        self.at(clock, start, 10)  # the next window
+        got = repository.lease_job(jobs[5].id, worker_id="w", now=clock.now(), lease_timeout=60)
+        assert got is not None and got.id == jobs[5].id
+        assert len(self._lease(repository, clock)) == 2
+        self.at(clock, start, 19)
+        assert self._lease(repository, clock) == []
+        self.at(clock, start, 35)  # windows without leases in between: a fresh count
+        assert len(self._lease(repository, clock, limit=2)) == 2
+        assert len(self._lease(repository, clock)) == 1
+
+    def test_a_rate_and_a_running_limit_together_take_the_smaller_room(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        repository.set_queue_rate("api", 3, 60.0, now=clock.now())
+        repository.set_queue_limit("api", 1, now=clock.now())
+        for _ in range(5):
+            self.add(repository, clock, queue="api")
+        clock.advance(1)
+        [one] = self._lease(repository, clock)
+        assert self._lease(repository, clock) == []
+        results, more = repository.complete_and_lease(
+            [(one.id, self.token_of(one))], now=clock.advance(1), queues=None, worker_id="w", lease_timeout=60, limit=5,
+        )
+        assert isinstance(results[0], Job) and len(more) == 1
+        repository.complete(more[0].id, self.token_of(more[0]), now=clock.now())
+        assert len(self._lease(repository, clock)) == 1  # the third start of the window
+        repository.set_queue_limit("api", None, now=clock.now())
+        assert self._lease(repository, clock) == []  # the rate still holds
+        cleared = repository.set_queue_rate("api", None, None, now=clock.now())
+        assert (cleared.rate_limit, cleared.rate_period) == (None, None)
+        assert len(self._lease(repository, clock)) == 2  # the last two, on the plain path again
+
+    def test_concurrent_leases_never_exceed_a_rate(self, repository: JobRepository, clock: FakeClock) -> None:
+        repository.set_queue_rate("api", 5, 3600.0, now=clock.now())
+        for _ in range(30):
+            self.add(repository, clock, queue="api")
+        clock.advance(1)
+        now = clock.now()
+        taken: list[Job] = []
+        lock = threading.Lock()
+        start = threading.Barrier(self.limit_race_threads)
+
+        def lease(index: int) -> None:
+            start.wait()
+            for _ in range(3):
+                jobs = repository.lease(queues=None, worker_id=f"w{index}", now=now, lease_timeout=60, limit=2)
+                for job in jobs:
+                    repository.complete(job.id, self.token_of(job), now=now)
+                with lock:
+                    taken.extend(jobs)
+
+        self.run_threads([lambda i=i: lease(i) for i in range(self.limit_race_threads)])  # type: ignore[misc]
+        assert len(taken) == 5
+
+    @pytest.mark.parametrize(
+        ("rate", "period", "field"),
+        [(0, 10.0, "rate_limit"), (-1, 10.0, "rate_limit"), ("5", 10.0, "rate_limit"), (5, 0, "rate_period"),
+         (5, -1.0, "rate_period"), (5, float("nan"), "rate_period"), (5, None, "rate_period"), (None, 10.0, "rate_limit"),
+         (5, 0.0001, "rate_period")],
+    )
+    def test_a_bad_rate_names_its_field_and_writes_nothing(
+        self, repository: JobRepository, clock: FakeClock, rate: object, period: object, field: str
+    ) -> None:
+        with pytest.raises(ValidationError) as caught:
+            repository.set_queue_rate("api", rate, period, now=clock.now())  # type: ignore[arg-type]
+        assert caught.value.field == field
+        assert repository.queue_states() == []
 
     # -- bad input --------------------------------------------------------------------------------
     @pytest.mark.parametrize("bad", [0, -1, True, 2.5, "3", 1_000_001])
