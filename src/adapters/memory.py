@@ -39,7 +39,7 @@ from tether.domain.queues import (
     validate_rate,
     window_start_micros,
 )
-from tether.domain.timeutil import ensure_utc
+from tether.domain.timeutil import ensure_utc, from_micros
 from tether.domain.validation import (
     CANCEL_BATCH_LIMIT,
     CANCELLABLE_STATUSES,
@@ -453,11 +453,18 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         queue = validate_queue_name(queue)
         limit, period = (None, None) if rate_limit is None and rate_period is None else validate_rate(rate_limit, rate_period)
         now = ensure_utc(now, "now")
-        return self._write_queue_state(queue, now, rate_limit=limit, rate_period=period)
+        with self._lock:
+            self._windows.pop(queue, None)  # a new rate counts afresh
+            return self._write_queue_state(queue, now, rate_limit=limit, rate_period=period)
 
     def queue_states(self) -> list[QueueState]:
         with self._lock:
-            return sorted(self._queue_states.values(), key=lambda s: s.name)
+            states = [
+                attrs.evolve(s, window_start=from_micros(self._windows[s.name][0]), window_starts=self._windows[s.name][1])
+                if s.name in self._windows and s.rate_limit is not None else s
+                for s in self._queue_states.values()
+            ]
+        return sorted(states, key=lambda s: s.name)
 
     def count_by_queue(self, *, job_types: Sequence[str] | None = None) -> dict[str, dict[JobStatus, int]]:
         types = None if job_types is None else set(job_types)

@@ -18,7 +18,8 @@ from datetime import datetime, timedelta
 
 import attrs
 from tether.domain.job import Job, JobStatus
-from tether.domain.queues import QueueState
+from tether.domain.queues import QueueState, window_start_micros
+from tether.domain.timeutil import from_micros
 from tether.domain.workers import WorkerEntry
 
 #: ``count_due_ahead`` counts at most this many jobs; a count that reaches it reads "10,000+".
@@ -87,7 +88,7 @@ class Explanation:
         job_id: the job.
         status: its status.
         reason: the name of the rule that gave the verdict (``"scheduled"``, ``"paused"``,
-            ``"no_worker"``, ``"limited"``, ``"running"``, ``"waiting"``, ``"next"``, ``"retrying"``,
+            ``"no_worker"``, ``"limited"``, ``"rate_limited"``, ``"running"``, ``"waiting"``, ``"next"``, ``"retrying"``,
             ``"dead"``, ``"completed"``).
         verdict: one line saying why.
         facts: what the verdict rests on, in a fixed order (never a lease token).
@@ -219,6 +220,20 @@ def at_limit(facts: JobFacts) -> str | None:
     )
 
 
+def rate_limited(facts: JobFacts) -> str | None:
+    job, state = facts.job, facts.queue_state
+    if not job.is_due(facts.now) or state is None or state.rate_limit is None or state.rate_period_micros is None:
+        return None
+    if state.started_in_window(facts.now) < state.rate_limit:
+        return None
+    period = state.rate_period_micros
+    next_window = from_micros(window_start_micros(facts.now, period) + period)
+    return (
+        f"queue {job.queue} is at its rate limit: {state.rate_limit:,} jobs started in this window of "
+        f"{state.rate_period:g} s; the next window begins at {at(next_window)}"
+    )
+
+
 def no_worker(facts: JobFacts) -> str | None:
     job = facts.job
     handlers = facts.live_handlers
@@ -257,6 +272,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("paused", paused),
     ("no_worker", no_worker),
     ("limited", at_limit),
+    ("rate_limited", rate_limited),
     ("waiting", waiting),
     ("next", next_in_line),
     ("status", status_only),
@@ -289,7 +305,11 @@ def gather(facts: JobFacts) -> tuple[Fact, ...]:
         if handlers is not None:
             shown.append(("live_workers", _listed(handlers)))
         if facts.queue_state is not None:
-            shown += [("queue_paused", facts.queue_state.paused), ("queue_max_running", facts.queue_state.max_running)]
+            state = facts.queue_state
+            shown += [("queue_paused", state.paused), ("queue_max_running", state.max_running)]
+            if state.rate_limit is not None:
+                shown += [("queue_rate_limit", state.rate_limit), ("queue_rate_period", f"{state.rate_period:g} s"),
+                          ("queue_started_in_window", state.started_in_window(facts.now))]
         if facts.queue_running is not None:
             shown.append(("queue_running", facts.queue_running))
     if job.status is JobStatus.RUNNING:

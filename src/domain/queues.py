@@ -50,6 +50,9 @@ class QueueState:
             rate limit; both or neither are set).
         rate_period: the rate window, in seconds.
         updated_at: when the record was last written (aware UTC), None for a queue with no record.
+        window_start: the start of the last rate window in which a job of the queue started
+            (aware UTC), None before the first.
+        window_starts: how many started in that window.
     """
 
     name: str
@@ -58,6 +61,15 @@ class QueueState:
     updated_at: datetime | None = None
     rate_limit: int | None = None
     rate_period: float | None = None
+    window_start: datetime | None = None
+    window_starts: int = 0
+
+    def started_in_window(self, now: datetime) -> int:
+        """Starts counted in the rate window holding ``now`` (0 without a rate limit)."""
+        period = self.rate_period_micros
+        if period is None or self.window_start is None:
+            return 0
+        return self.window_starts if to_micros(self.window_start) == window_start_micros(now, period) else 0
 
     @property
     def limited(self) -> bool:

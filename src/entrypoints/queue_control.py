@@ -1,8 +1,8 @@
-"""Queue pause, resume and running limits, part of :class:`~tether.entrypoints.service.Tether`.
+"""Queue pause, resume, running limits and rate limits, part of :class:`~tether.entrypoints.service.Tether`.
 
 The rules live in :mod:`tether.domain.queues` and are enforced by the store on every lease; this
 mixin validates the input, writes the queue's controls and, when a queue may start more jobs
-(resumed, limit raised or cleared), tells the dispatcher about its due jobs at once
+(resumed, a limit raised or cleared), tells the dispatcher about its due jobs at once
 (:meth:`QueueControl._announce`): polling wakes this process's idle workers, Redis Streams
 publishes the jobs so that an idle worker of any process leases them.
 """
@@ -13,7 +13,7 @@ import builtins
 import logging
 
 from tether.domain.job import JobStatus
-from tether.domain.queues import QueueInfo, QueueState, validate_max_running, validate_queue_name
+from tether.domain.queues import QueueInfo, QueueState, validate_max_running, validate_queue_name, validate_rate
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -71,9 +71,31 @@ class QueueControl:
         self._announce(queue)
         return state
 
+    def rate_limit_queue(self, name: str, *, starts: int | None, per: float | None = None) -> QueueState:
+        """At most ``starts`` (1 to 1,000,000) jobs of queue ``name`` start per window of ``per``
+        seconds (0.001 s to 366 days), across every worker; ``starts=None`` clears the rate
+        limit.  Windows are fixed: multiples of ``per`` seconds since the Unix epoch (UTC), so
+        ``rate_limit_queue("api", starts=100, per=60)`` allows 100 starts in each calendar minute.
+        Every lease counts (first attempts and retries).  Returns the queue's state as stored.
+
+        Raises:
+            ValidationError: a bad queue name (``queue``), ``starts`` (field ``rate_limit``) or
+                ``per`` (field ``rate_period``: missing, zero, negative, out of range); nothing written.
+            StorageUnavailable: the store could not be reached.
+        """
+        queue = validate_queue_name(name)
+        if starts is None:
+            state = self.repository.set_queue_rate(queue, None, None, now=self.clock.now())
+        else:
+            limit, period = validate_rate(starts, per)
+            state = self.repository.set_queue_rate(queue, limit, period, now=self.clock.now())
+        self._announce(queue)
+        return state
+
     def queues(self) -> builtins.list[QueueInfo]:
         """Every queue that holds a job or has stored controls, by name: its counts per status,
-        its ``paused`` flag and its ``max_running`` (None: no limit).
+        its ``paused`` flag, its ``max_running`` (None: no limit) and its rate limit
+        (``rate_limit`` starts per ``rate_period`` seconds; None: none).
 
         Raises:
             StorageUnavailable: the store could not be reached.
@@ -83,7 +105,8 @@ class QueueControl:
         infos = []
         for name in sorted(states.keys() | counts.keys()):
             state = states.get(name) or QueueState(name)
-            infos.append(QueueInfo(name, state.paused, state.max_running, counts.get(name) or {s: 0 for s in JobStatus}))
+            infos.append(QueueInfo(name, state.paused, state.max_running, counts.get(name) or {s: 0 for s in JobStatus},
+                                   rate_limit=state.rate_limit, rate_period=state.rate_period))
         return infos
 
     def _announce(self, queue: str) -> None:

@@ -47,7 +47,7 @@ def verdict(facts: JobFacts) -> tuple[str, str]:
 
 def test_the_rules_are_tried_in_this_order() -> None:
     assert [reason for reason, _ in RULES] == [
-        "completed", "dead", "running", "scheduled", "retrying", "paused", "no_worker", "limited", "waiting", "next", "status"]
+        "completed", "dead", "running", "scheduled", "retrying", "paused", "no_worker", "limited", "rate_limited", "waiting", "next", "status"]
 
 
 @pytest.mark.parametrize(
@@ -177,3 +177,19 @@ def test_a_queue_at_its_limit_is_the_reason_a_due_job_waits() -> None:
     assert full.fact("queue_running") == 3
     room = explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=state, queue_running=2))
     assert room.reason == "next"
+
+
+def test_a_spent_rate_window_is_the_reason_a_due_job_waits() -> None:
+    from tether.domain.queues import QueueState
+
+    window = datetime(2026, 1, 1, 11, 59, tzinfo=UTC)  # NOW is 12:00:00, in the window 12:00-12:01
+    spent = QueueState("default", rate_limit=5, rate_period=60.0, window_start=NOW, window_starts=5)
+    result = explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=spent))
+    assert result.reason == "rate_limited"
+    assert result.verdict == (
+        "queue default is at its rate limit: 5 jobs started in this window of 60 s; "
+        "the next window begins at 2026-01-01 12:01:00 UTC"
+    )
+    assert (result.fact("queue_rate_limit"), result.fact("queue_started_in_window")) == (5, 5)
+    old = QueueState("default", rate_limit=5, rate_period=60.0, window_start=window, window_starts=5)
+    assert explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=old)).reason == "next"

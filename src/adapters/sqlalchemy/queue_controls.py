@@ -44,7 +44,7 @@ from tether.domain.queues import (
     validate_rate,
     window_start_micros,
 )
-from tether.domain.timeutil import ensure_utc
+from tether.domain.timeutil import ensure_utc, from_micros
 
 #: Seconds a PostgreSQL repository trusts its list of limited queues before reading it again.
 LIMITED_REFRESH_SECONDS = 1.0
@@ -366,6 +366,8 @@ def _state(row: Any) -> QueueState:
         updated_at=row.updated_at,
         rate_limit=None if row.rate_limit is None else int(row.rate_limit),
         rate_period=None if row.rate_period_us is None else int(row.rate_period_us) / 1_000_000,
+        window_start=None if row.window_start_us is None else from_micros(int(row.window_start_us)),
+        window_starts=int(row.window_starts),
     )
 
 

@@ -16,7 +16,7 @@ from rich import box
 from rich.table import Table
 from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
-from tether.domain.queues import MAX_RUNNING_LIMIT, QueueInfo, QueueState, validate_queue_name
+from tether.domain.queues import MAX_RUNNING_LIMIT, QueueInfo, QueueState, validate_queue_name, validate_rate
 from tether.entrypoints.cli.options import (
     AsJson,
     DatabaseUrl,
@@ -28,7 +28,7 @@ from tether.entrypoints.cli.options import (
     open_app,
 )
 from tether.entrypoints.cli.output import iso, print_json, stdout
-from tether.entrypoints.cli.values import FlagNamingCommand, integer
+from tether.entrypoints.cli.values import FlagNamingCommand, integer, seconds
 
 queues_app = typer.Typer(
     help="Look at queues; pause, resume or limit them.", no_args_is_help=True, rich_markup_mode=None
@@ -43,18 +43,27 @@ def info_to_dict(info: QueueInfo) -> dict[str, object]:
         "name": info.name,
         "paused": info.paused,
         "max_running": info.max_running,
+        "rate_limit": info.rate_limit,
+        "rate_period": info.rate_period,
         "counts": {status.value: n for status, n in info.counts.items()},
     }
 
 
 def state_to_dict(state: QueueState) -> dict[str, object]:
     """``state`` as JSON-ready values."""
-    return {"name": state.name, "paused": state.paused, "max_running": state.max_running, "updated_at": iso(state.updated_at)}
+    return {"name": state.name, "paused": state.paused, "max_running": state.max_running,
+            "rate_limit": state.rate_limit, "rate_period": state.rate_period, "updated_at": iso(state.updated_at)}
+
+
+def rate_text(rate_limit: int | None, rate_period: float | None) -> str:
+    """``100 per 60 s``, or ``-`` without a rate limit."""
+    return "-" if rate_limit is None else f"{rate_limit:,} per {rate_period:g} s"
 
 
 def _describe(state: QueueState) -> str:
     limit = "no running limit" if state.max_running is None else f"at most {state.max_running:,} running"
-    return f"queue {state.name}: {'paused' if state.paused else 'active'}, {limit}"
+    rate = "" if state.rate_limit is None else f", at most {rate_text(state.rate_limit, state.rate_period)} started"
+    return f"queue {state.name}: {'paused' if state.paused else 'active'}, {limit}{rate}"
 
 
 def _report(state: QueueState, as_json: bool) -> None:
@@ -78,11 +87,13 @@ def queues_list(database_url: DatabaseUrl = None, schema: Schema = None, as_json
     table.add_column("queue", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("max running", justify="right", no_wrap=True)
+    table.add_column("rate", justify="right", no_wrap=True)
     for status in JobStatus:
         table.add_column(status.value, justify="right", no_wrap=True)
     for info in infos:
         table.add_row(
             info.name, "paused" if info.paused else "active", "-" if info.max_running is None else f"{info.max_running:,}",
+            rate_text(info.rate_limit, info.rate_period),
             *(f"{info.counts.get(s, 0):,}" for s in JobStatus),
         )
     stdout().print(table)
@@ -128,7 +139,21 @@ def queues_limit(
             help="Most jobs of the queue running at once across every worker.",
         ),
     ] = None,
-    clear: Annotated[bool, typer.Option("--clear", help="Remove the queue's running limit.")] = False,
+    rate_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--rate", parser=integer(1, MAX_RUNNING_LIMIT), metavar="N", show_default=False,
+            help="Most jobs of the queue started per window of --per seconds, across every worker.",
+        ),
+    ] = None,
+    rate_period: Annotated[
+        float | None,
+        typer.Option(
+            "--per", parser=seconds(allow_zero=False), metavar="SECONDS", show_default=False,
+            help="The rate window (fixed windows: multiples of it since the Unix epoch).",
+        ),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the queue's running limit and rate limit.")] = False,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
@@ -136,15 +161,27 @@ def queues_limit(
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
-    """Set (--max-running N) or remove (--clear) a queue's running limit across every worker."""
-    if (max_running is None) == (not clear):
-        raise ValidationError("max_running", "give --max-running N or --clear (one of them)")
+    """Set a queue's running limit (--max-running N) and/or rate limit (--rate N --per SECONDS), or
+    remove both (--clear); the limits hold across every worker."""
+    given = max_running is not None or rate_limit is not None or rate_period is not None
+    if clear == given:
+        raise ValidationError("max_running", "give --max-running N, --rate N --per SECONDS, or --clear")
+    if (rate_limit is None) != (rate_period is None):
+        raise ValidationError("rate_period" if rate_period is None else "rate_limit", "--rate and --per go together")
     validate_queue_name(queue)
+    if rate_limit is not None:
+        validate_rate(rate_limit, rate_period)
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
     with open_app(settings) as tether_app:
-        _report(tether_app.limit_queue(queue, max_running=None if clear else max_running), as_json)
+        state = None
+        if clear or max_running is not None:
+            state = tether_app.limit_queue(queue, max_running=max_running)
+        if clear or rate_limit is not None:
+            state = tether_app.rate_limit_queue(queue, starts=rate_limit, per=rate_period)
+        assert state is not None
+        _report(state, as_json)
 
 
 def register(app: typer.Typer) -> None:

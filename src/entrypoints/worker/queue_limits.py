@@ -4,7 +4,7 @@ The store enforces pauses and running limits on every lease; the pool reads the 
 behave well around them:
 
 - **no prefetch from a limited queue** (:attr:`QueueLimits.limited`): while any queue the pool
-  serves is limited, the acquirer leases no job ahead of its free threads, so a pool never holds
+  serves has a running limit or a rate limit, the acquirer leases no job ahead of its free threads, so a pool never holds
   a limited queue's slots for jobs it cannot start yet;
 - **a freed slot wakes waiting workers** (:meth:`QueueLimits.slot_freed`): when jobs of a limited
   queue leave ``running`` in this pool (completed, failed, released, snoozed, cancelled), as many
@@ -87,9 +87,7 @@ class QueueLimits:
             reader = getattr(self._repository, "queue_states", None)
             states = {s.name: s for s in reader()} if reader is not None else {}
             self._states = states
-            self.limited = any(
-                s.max_running is not None and (self._queues is None or s.name in self._queues) for s in states.values()
-            )
+            self.limited = any(s.limited and (self._queues is None or s.name in self._queues) for s in states.values())
         except Exception:  # noqa: BLE001 - the store enforces the controls; this is only a view
             self._ratelog("queue-controls", logging.WARNING, "could not read the queue controls", exc_info=True)
         finally:
