@@ -191,3 +191,35 @@ def test_run_until_idle_does_not_wait_for_a_paused_queue(queues: list[str] | Non
     runner.join(10.0)
     assert not runner.is_alive(), "run(stop_when_idle=True) kept waiting for a job of a paused queue"
     assert ran == ["report"] and app.get(held.id).status is JobStatus.QUEUED
+
+
+def test_a_rate_of_20_per_second_holds_over_5_seconds(app: Tether) -> None:
+    """Two pools of eight threads on a queue limited to 20 starts per second: every fixed
+    one-second window (whole seconds since the epoch, as documented) holds at most 20 starts, and
+    the pools keep up with the rate."""
+    app = Tether(app.repository, PollingDispatcher(app.repository, app.clock, poll_interval=0.05), app.clock)
+    leased_at: list[float] = []
+    lock = threading.Lock()
+
+    @app.handler("api.call", queue="api")
+    def call(payload: dict[str, int], ctx: tether.JobContext) -> None:
+        with lock:
+            assert ctx.job.leased_at is not None
+            leased_at.append(ctx.job.leased_at.timestamp())
+
+    app.rate_limit_queue("api", starts=20, per=1.0)
+    app.enqueue_many([tether.EnqueueRequest("api.call", {"n": i}) for i in range(400)])
+    pools = [app.worker(concurrency=8, max_wait=0.2) for _ in range(2)]
+    for pool in pools:
+        pool.start()
+    try:
+        time.sleep(5.5)
+    finally:
+        for pool in pools:
+            pool.stop()
+    per_window: dict[int, int] = {}
+    for instant in leased_at:
+        per_window[int(instant // 1)] = per_window.get(int(instant // 1), 0) + 1
+    assert max(per_window.values()) <= 20, per_window
+    full = sorted(per_window)[1:-1]  # the windows wholly inside the run
+    assert full and all(per_window[w] == 20 for w in full), per_window
