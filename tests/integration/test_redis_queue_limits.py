@@ -69,3 +69,38 @@ def test_every_job_of_a_limited_queue_runs_one_at_a_time(prefix: str, sweep_inte
             pool.stop()
         for app in apps:
             app.close()
+
+
+def test_a_rate_limited_queue_goes_on_at_each_new_window_without_the_sweep(prefix: str) -> None:
+    """5 starts per second, the sweep an hour away: once a window is spent nothing completes and
+    no entry is left to read, so only the pools' announcement of each new window starts the rest."""
+    repo, clock = InMemoryJobRepository(), SystemClock()
+    leased_at: list[float] = []
+    lock = threading.Lock()
+    apps = [
+        Tether(repo, RedisStreamsDispatcher(repo, clock, REDIS_URL, prefix=prefix, block=0.2, sweep_interval=3600.0), clock)
+        for _ in range(2)
+    ]
+    for app in apps:
+        @app.handler("api.call", queue="api")
+        def call(payload: dict[str, int], ctx: Any) -> None:
+            with lock:
+                leased_at.append(ctx.job.leased_at.timestamp())
+
+    apps[0].rate_limit_queue("api", starts=5, per=1.0)
+    pools = [app.worker(concurrency=4, max_wait=0.2) for app in apps]
+    for pool in pools:
+        pool.start()
+    try:
+        for n in range(15):
+            apps[0].enqueue("api.call", {"n": n})
+        wait_for(lambda: len(leased_at) == 15, timeout=10, what="every job of the rate-limited queue to run")
+        per_window: dict[int, int] = {}
+        for instant in leased_at:
+            per_window[int(instant)] = per_window.get(int(instant), 0) + 1
+        assert max(per_window.values()) <= 5, per_window
+    finally:
+        for pool in pools:
+            pool.stop()
+        for app in apps:
+            app.close()

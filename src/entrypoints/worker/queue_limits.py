@@ -13,6 +13,10 @@ behave well around them:
   announcements of one queue are coalesced: at most one read of its due jobs per
   :data:`ANNOUNCE_INTERVAL` (the acquiring loop sends what is left, :meth:`QueueLimits.announce_freed`),
   so a busy limited queue costs one small read every few milliseconds, not one per job;
+- **a new rate window wakes waiting workers** (:meth:`QueueLimits.announce_freed`): once per rate
+  window of each rate-limited queue it serves, the pool announces up to ``rate_limit`` of the
+  queue's due jobs, so with Redis Streams the jobs a spent window held back start when the next
+  window opens, not at the next sweep;
 - **idle means nothing runnable** (:meth:`QueueLimits.paused_names`): jobs waiting in a paused
   queue do not keep ``run(stop_when_idle=True)`` running.
 
@@ -30,7 +34,7 @@ from collections.abc import Sequence
 
 from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.job import Job
-from tether.domain.queues import QueueState
+from tether.domain.queues import QueueState, window_start_micros
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -71,6 +75,7 @@ class QueueLimits:
         self._lock = threading.Lock()
         self._freed: dict[str, int] = {}  # limited queue -> slots freed since its last announcement
         self._announced_at: dict[str, float] = {}
+        self._windows_announced: dict[str, int] = {}  # rate-limited queue -> window start (µs) announced
         self._freed_lock = threading.Lock()
         #: True while a queue this pool serves is limited (read without a lock: one bool).
         self.limited = False
@@ -99,6 +104,28 @@ class QueueLimits:
         self.refresh()
         return frozenset(name for name, s in self._states.items() if s.paused)
 
+    def _new_windows(self) -> dict[str, int]:
+        """The rate-limited queues this pool serves whose current rate window it has not announced
+        yet, with their ``rate_limit`` (the window is then marked announced)."""
+        found: dict[str, int] = {}
+        states = self._states
+        if not states:
+            return found
+        now = self._clock.now()
+        for name, state in states.items():
+            period = state.rate_period_micros
+            if period is None or state.rate_limit is None or state.paused:
+                continue
+            if self._queues is not None and name not in self._queues:
+                continue
+            window = window_start_micros(now, period)
+            with self._freed_lock:
+                if self._windows_announced.get(name) == window:
+                    continue
+                self._windows_announced[name] = window
+            found[name] = state.rate_limit
+        return found
+
     def slot_freed(self, job: Job) -> None:
         """``job`` left ``running`` in this pool: if its queue is limited, note the freed slot and
         announce the queue's freed slots unless it was announced less than
@@ -114,7 +141,8 @@ class QueueLimits:
         """Announce to the dispatcher, for each limited queue with slots freed since its last
         announcement at least :data:`ANNOUNCE_INTERVAL` ago, as many of its due jobs (at most
         :data:`ANNOUNCE_BATCH`); never raises."""
-        if not self._freed:
+        windows = self._new_windows()
+        if not self._freed and not windows:
             return
         now = time.monotonic()
         with self._freed_lock:
@@ -122,6 +150,8 @@ class QueueLimits:
             for queue in ready:
                 del self._freed[queue]
                 self._announced_at[queue] = now
+            for queue, starts in windows.items():
+                ready[queue] = max(ready.get(queue, 0), starts)
         for queue, freed in ready.items():
             try:
                 due = self._repository.due_jobs(now=self._clock.now(), queues=[queue], limit=min(freed, ANNOUNCE_BATCH))
