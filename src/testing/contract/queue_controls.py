@@ -200,6 +200,8 @@ class QueueControlContract(ContractSupport):
         self.at(clock, start, 1)
         first = self._lease(repository, clock, limit=20)
         assert sorted(j.id for j in first) == sorted([j.id for j in jobs[:3]] + [other.id])
+        [api] = [s for s in repository.queue_states() if s.name == "api"]
+        assert (api.window_start, api.window_starts, api.started_in_window(clock.now())) == (start, 3, 3)
         for job in first:  # finished jobs do not give starts back
             repository.complete(job.id, self.token_of(job), now=clock.now())
         self.at(clock, start, 9.999)
