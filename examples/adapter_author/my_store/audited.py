@@ -123,6 +123,10 @@ class AuditedJobRepository(JobRepository):
     def set_queue_limit(self, queue: str, max_running: int | None, *, now: datetime) -> QueueState:
         return self.inner.set_queue_limit(queue, max_running, now=now)
 
+    def set_queue_rate(self, queue: str, rate_limit: int | None, rate_period: float | None, *,
+                       now: datetime) -> QueueState:
+        return self.inner.set_queue_rate(queue, rate_limit, rate_period, now=now)
+
     def queue_states(self) -> list[QueueState]:
         return self.inner.queue_states()
 
