@@ -12,7 +12,7 @@ Leasing is O(log n) per job: per-queue heaps of due jobs in lease order, fed fro
 waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
 
 It is also a :class:`~tether.ports.worker_registry.WorkerRegistry`: one entry per worker pool,
-under the same lock.
+under the same lock; its queue controls live in :mod:`tether.adapters.memory_queues`.
 """
 
 from __future__ import annotations
@@ -26,20 +26,12 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+from tether.adapters.memory_queues import MemoryQueueControls
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.lease import holds_lease, new_lease_token
-from tether.domain.queues import (
-    QueueState,
-    counts_as_running,
-    lease_room,
-    validate_max_running,
-    validate_queue_name,
-    validate_rate,
-    window_start_micros,
-)
-from tether.domain.timeutil import ensure_utc, from_micros
+from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import (
     CANCEL_BATCH_LIMIT,
     CANCELLABLE_STATUSES,
@@ -63,7 +55,7 @@ class MemoryTransaction:
         self.open = True
 
 
-class InMemoryJobRepository(JobRepository, WorkerRegistry):
+class InMemoryJobRepository(MemoryQueueControls, JobRepository, WorkerRegistry):
     """A complete :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) held in process memory.
 
@@ -83,8 +75,7 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
         self._ready: dict[str, list[tuple[int, datetime, int]]] = {}
         self._running: set[int] = set()
         self._workers: dict[str, WorkerEntry] = {}
-        self._queue_states: dict[str, QueueState] = {}
-        self._windows: dict[str, tuple[int, int]] = {}  # rate-limited queue -> (window start µs, starts)
+        self._init_queue_controls()
 
     def __repr__(self) -> str:
         return f"InMemoryJobRepository(jobs={len(self._jobs)})"
@@ -112,30 +103,6 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
     def _valid_ready(self, entry: tuple[int, datetime, int]) -> bool:
         job = self._jobs.get(entry[2])
         return job is not None and job.status.is_leasable and lease_order_key(job) == entry
-
-    def _room(self, queue: str, now: datetime) -> int | None:
-        """How many jobs of ``queue`` may be leased now (None: no limit); with the lock held."""
-        state = self._queue_states.get(queue)
-        if state is None or not state.restricted:
-            return None
-        running = started = 0
-        if not state.paused and state.max_running is not None:
-            running = sum(1 for i in self._running if self._jobs[i].queue == queue and counts_as_running(self._jobs[i], now))
-        period = state.rate_period_micros
-        if not state.paused and period is not None:
-            window, count = self._windows.get(queue, (None, 0))
-            started = count if window == window_start_micros(now, period) else 0
-        return lease_room(state, running, started)
-
-    def _started(self, queue: str, now: datetime) -> None:
-        """Count one start in ``queue``'s current rate window (with the lock held)."""
-        state = self._queue_states.get(queue)
-        period = None if state is None else state.rate_period_micros
-        if period is None:
-            return
-        window = window_start_micros(now, period)
-        current, count = self._windows.get(queue, (window, 0))
-        self._windows[queue] = (window, count + 1 if current == window else 1)
 
     def _fenced(self, job_id: int, token: str) -> Job:
         job = self._jobs.get(job_id)
@@ -286,10 +253,6 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                     due.append(self._jobs[entry[2]])
         return due
 
-    def _is_paused(self, queue: str) -> bool:
-        state = self._queue_states.get(queue)
-        return state is not None and state.paused
-
     def count_due_ahead(self, job: Job, *, now: datetime, limit: int) -> int:
         now = ensure_utc(now, "now")
         key = lease_order_key(job)
@@ -427,53 +390,6 @@ class InMemoryJobRepository(JobRepository, WorkerRegistry):
                     if len(cancelled) >= limit:
                         break
         return cancelled
-
-    # -- queue controls ----------------------------------------------------------------------
-    def _write_queue_state(self, queue: str, now: datetime, **changes: object) -> QueueState:
-        with self._lock:
-            state = self._queue_states.get(queue) or QueueState(queue)
-            state = attrs.evolve(state, updated_at=now, **changes)  # type: ignore[misc]
-            self._queue_states[queue] = state
-            return state
-
-    def set_queue_paused(self, queue: str, paused: bool, *, now: datetime) -> QueueState:
-        queue = validate_queue_name(queue)
-        now = ensure_utc(now, "now")
-        return self._write_queue_state(queue, now, paused=bool(paused))
-
-    def set_queue_limit(self, queue: str, max_running: int | None, *, now: datetime) -> QueueState:
-        queue = validate_queue_name(queue)
-        limit = None if max_running is None else validate_max_running(max_running)
-        now = ensure_utc(now, "now")
-        return self._write_queue_state(queue, now, max_running=limit)
-
-    def set_queue_rate(
-        self, queue: str, rate_limit: int | None, rate_period: float | None, *, now: datetime
-    ) -> QueueState:
-        queue = validate_queue_name(queue)
-        limit, period = (None, None) if rate_limit is None and rate_period is None else validate_rate(rate_limit, rate_period)
-        now = ensure_utc(now, "now")
-        with self._lock:
-            self._windows.pop(queue, None)  # a new rate counts afresh
-            return self._write_queue_state(queue, now, rate_limit=limit, rate_period=period)
-
-    def queue_states(self) -> list[QueueState]:
-        with self._lock:
-            states = [
-                attrs.evolve(s, window_start=from_micros(self._windows[s.name][0]), window_starts=self._windows[s.name][1])
-                if s.name in self._windows and s.rate_limit is not None else s
-                for s in self._queue_states.values()
-            ]
-        return sorted(states, key=lambda s: s.name)
-
-    def count_by_queue(self, *, job_types: Sequence[str] | None = None) -> dict[str, dict[JobStatus, int]]:
-        types = None if job_types is None else set(job_types)
-        counts: dict[str, dict[JobStatus, int]] = {}
-        with self._lock:
-            for job in self._jobs.values():
-                if types is None or job.job_type in types:
-                    counts.setdefault(job.queue, {s: 0 for s in JobStatus})[job.status] += 1
-        return counts
 
     # -- maintenance -------------------------------------------------------------------------
     def reap(self, *, now: datetime, limit: int = 100) -> list[Job]:
