@@ -151,9 +151,9 @@ def test_upgrade_sql_prints_the_statements_and_touches_no_database(tmp_path: Pat
     assert "CREATE TABLE app_jobs.tether_jobs" not in pg.output  # version 1 had it
     assert "CREATE TABLE app_jobs.tether_workers" in pg.output
     assert "ALTER TABLE app_jobs.tether_jobs DROP CONSTRAINT uq_tether_jobs_idempotency_key" in pg.output
-    bad = cli("db", "upgrade", "--sql", "--from-version", "7", "--database-url", f"sqlite:///{path}")
+    bad = cli("db", "upgrade", "--sql", "--from-version", str(HEAD + 1), "--database-url", f"sqlite:///{path}")
     assert bad.exit_code == 2
-    assert one_error_line(bad).startswith("--from-version: 7 is not a schema version of this Tether")
+    assert one_error_line(bad).startswith(f"--from-version: {HEAD + 1} is not a schema version of this Tether")
     alone = cli("db", "upgrade", "--from-version", "1", "--database-url", f"sqlite:///{path}")
     assert alone.exit_code == 2 and one_error_line(alone) == "--from-version: only with --sql"
     assert not path.exists()
