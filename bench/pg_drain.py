@@ -10,6 +10,7 @@
     .venv/bin/python bench/pg_drain.py --observe metrics            # metrics alone (or: tracing)
     .venv/bin/python bench/pg_drain.py --async-handlers --async-concurrency 100   # async def no-op handlers
     .venv/bin/python bench/pg_drain.py --async-handlers --sleep 0.05 --async-concurrency 500 --workers 1 --jobs 10000
+    .venv/bin/python bench/pg_drain.py --max-running 50             # the queue limited to 50 running jobs
 
 Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/README.md):
 
@@ -195,6 +196,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for k in range(0, args.jobs, args.chunk):
                 app.enqueue_many(requests[k : k + args.chunk])
             result["enqueue_bulk_jobs_s"] = round(args.jobs / (time.perf_counter() - started), 1)
+            if args.max_running is not None:  # the limited-queue path: at most N running across the workers
+                app.limit_queue("default", max_running=args.max_running)
+                result["max_running"] = args.max_running
 
             pg_cpu_before = _postgres_cpu_seconds()
             spawn = time.time()
@@ -286,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prefetch", type=int, default=None,
                         help="jobs leased ahead of the free threads per process (default: the pool's, = concurrency)")
     parser.add_argument("--chunk", type=int, default=1000, help="enqueue_many chunk (default 1000)")
+    parser.add_argument("--max-running", type=int, default=None,
+                        help="limit the queue to this many running jobs across the workers (default: no limit)")
     parser.add_argument("--single-jobs", type=int, default=2000, help="jobs for the single-enqueue step (0: skip)")
     parser.add_argument("--timeout", type=float, default=170.0, help="give up the drain after this many seconds")
     parser.add_argument("--bulk-only", action="store_true", help="run step 1 (bulk enqueue) alone, --rounds times")

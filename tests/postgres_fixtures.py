@@ -87,9 +87,11 @@ def temporary_app(schema: str, **options: Any) -> Iterator[Tether]:
 
 
 def empty_tables(repository: PostgresJobRepository, *others: str) -> PostgresJobRepository:
-    """Empty ``tether_jobs`` and the ``others`` tables of the repository's schema, restarting their
-    id sequences (TRUNCATE ... RESTART IDENTITY); returns ``repository``."""
-    tables = ", ".join(f'"{repository.schema}".{table}' for table in (repository.table.name, *others))
+    """Empty ``tether_jobs``, ``tether_queues`` (queue controls) and the ``others`` tables of the
+    repository's schema, restarting their id sequences (TRUNCATE ... RESTART IDENTITY); returns
+    ``repository``."""
+    names = dict.fromkeys((repository.table.name, repository.queues_table.name, *others))
+    tables = ", ".join(f'"{repository.schema}".{table}' for table in names)
     with repository.engine.begin() as conn:
         conn.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY")
     return repository

@@ -13,7 +13,8 @@ waiting for their ``scheduled_at``; stale heap entries are skipped when popped.
 
 It is also a :class:`~tether.ports.worker_registry.WorkerRegistry` (one entry per worker pool),
 a :class:`~tether.ports.schedule_store.ScheduleStore` (:mod:`.memory_schedules`) and a
-:class:`~tether.ports.overview.JobOverview` (:mod:`.memory_overview`), under the same lock.
+:class:`~tether.ports.overview.JobOverview` (:mod:`.memory_overview`), under the same lock; its
+queue controls live in :mod:`tether.adapters.memory_queues`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import attrs
 from tether.adapters.memory_overview import MemoryOverview
+from tether.adapters.memory_queues import MemoryQueueControls
 from tether.adapters.memory_schedules import MemorySchedules
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
@@ -58,7 +60,7 @@ class MemoryTransaction:
         self.open = True
 
 
-class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, WorkerRegistry):
+class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls, JobRepository, WorkerRegistry):
     """A complete :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) held in process memory.
 
@@ -79,6 +81,7 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
         self._running: set[int] = set()
         self._workers: dict[str, WorkerEntry] = {}
         self._schedules: dict[str, ScheduleState] = {}
+        self._init_queue_controls()
 
     def __repr__(self) -> str:
         return f"InMemoryJobRepository(jobs={len(self._jobs)})"
@@ -236,6 +239,7 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
         due: list[Job] = []
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
+            names = [n for n in names if not self._is_paused(n)]
             frontier: list[tuple[tuple[int, datetime, int], str, int]] = []
             for name in names:
                 self._promote(name, now)
@@ -277,12 +281,16 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
         leased: list[Job] = []
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
+            rooms: dict[str, int | None] = {}
             for name in names:
                 self._promote(name, now)
+                rooms[name] = self._room(name, now)
             while len(leased) < limit:
                 best: tuple[int, datetime, int] | None = None
                 best_queue = ""
                 for name in names:
+                    if rooms[name] == 0:
+                        continue
                     ready = self._ready.get(name)
                     while ready and not (self._valid_ready(ready[0]) and self._jobs[ready[0][2]].is_due(now)):
                         entry = heapq.heappop(ready)
@@ -295,6 +303,10 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
                 if best is None:
                     break
                 heapq.heappop(self._ready[best_queue])
+                room = rooms[best_queue]
+                if room is not None:
+                    rooms[best_queue] = room - 1
+                    self._started(best_queue, now)
                 job = transitions.lease(
                     self._jobs[best[2]], now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout
                 )
@@ -308,8 +320,9 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, JobRepository, Work
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or not job.is_due(now) or job.attempts >= job.max_attempts:
+            if job is None or not job.is_due(now) or job.attempts >= job.max_attempts or self._room(job.queue, now) == 0:
                 return None
+            self._started(job.queue, now)
             job = transitions.lease(job, now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout)
             self._store(job)
             return job

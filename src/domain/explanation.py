@@ -18,6 +18,8 @@ from datetime import datetime, timedelta
 
 import attrs
 from tether.domain.job import Job, JobStatus
+from tether.domain.queues import QueueState, window_start_micros
+from tether.domain.timeutil import from_micros
 from tether.domain.workers import WorkerEntry
 
 #: ``count_due_ahead`` counts at most this many jobs; a count that reaches it reads "10,000+".
@@ -42,6 +44,9 @@ class JobFacts:
         due_ahead: how many due jobs of the job's queue go before it (at most ``due_ahead_limit``),
             or None when not counted (the job is not due).
         due_ahead_limit: the most ``due_ahead`` counts.
+        queue_state: the stored controls of the job's queue (None: none stored: active, no limit).
+        queue_running: how many jobs of the job's queue are running, or None when not counted
+            (the queue has no running limit).
     """
 
     job: Job
@@ -49,6 +54,8 @@ class JobFacts:
     workers: tuple[WorkerEntry, ...] | None = None
     due_ahead: int | None = None
     due_ahead_limit: int = DUE_AHEAD_LIMIT
+    queue_state: QueueState | None = None
+    queue_running: int | None = None
 
     @property
     def live_handlers(self) -> tuple[WorkerEntry, ...] | None:
@@ -80,8 +87,9 @@ class Explanation:
     Attributes:
         job_id: the job.
         status: its status.
-        reason: the name of the rule that gave the verdict (``"scheduled"``, ``"no_worker"``,
-            ``"running"``, ``"waiting"``, ``"next"``, ``"retrying"``, ``"dead"``, ``"completed"``).
+        reason: the name of the rule that gave the verdict (``"scheduled"``, ``"paused"``,
+            ``"no_worker"``, ``"limited"``, ``"rate_limited"``, ``"running"``, ``"waiting"``, ``"next"``, ``"retrying"``,
+            ``"dead"``, ``"completed"``).
         verdict: one line saying why.
         facts: what the verdict rests on, in a fixed order (never a lease token).
     """
@@ -192,6 +200,40 @@ def retrying(facts: JobFacts) -> str | None:
     )
 
 
+def paused(facts: JobFacts) -> str | None:
+    job, state = facts.job, facts.queue_state
+    if not job.is_due(facts.now) or state is None or not state.paused:
+        return None
+    since = f" since {at(state.updated_at)}" if state.updated_at is not None else ""
+    return f"queue {job.queue} is paused{since}: no worker starts its jobs until it is resumed"
+
+
+def at_limit(facts: JobFacts) -> str | None:
+    job, state, running_now = facts.job, facts.queue_state, facts.queue_running
+    if not job.is_due(facts.now) or state is None or state.max_running is None or running_now is None:
+        return None
+    if running_now < state.max_running:
+        return None
+    return (
+        f"queue {job.queue} is at its running limit: {running_now:,} of at most {state.max_running:,} jobs running; "
+        "the next slot freed goes to the first job in line"
+    )
+
+
+def rate_limited(facts: JobFacts) -> str | None:
+    job, state = facts.job, facts.queue_state
+    if not job.is_due(facts.now) or state is None or state.rate_limit is None or state.rate_period_micros is None:
+        return None
+    if state.started_in_window(facts.now) < state.rate_limit:
+        return None
+    period = state.rate_period_micros
+    next_window = from_micros(window_start_micros(facts.now, period) + period)
+    return (
+        f"queue {job.queue} is at its rate limit: {state.rate_limit:,} jobs started in this window of "
+        f"{state.rate_period:g} s; the next window begins at {at(next_window)}"
+    )
+
+
 def no_worker(facts: JobFacts) -> str | None:
     job = facts.job
     handlers = facts.live_handlers
@@ -227,7 +269,10 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("running", running),
     ("scheduled", scheduled),
     ("retrying", retrying),
+    ("paused", paused),
     ("no_worker", no_worker),
+    ("limited", at_limit),
+    ("rate_limited", rate_limited),
     ("waiting", waiting),
     ("next", next_in_line),
     ("status", status_only),
@@ -259,6 +304,14 @@ def gather(facts: JobFacts) -> tuple[Fact, ...]:
         handlers = facts.live_handlers
         if handlers is not None:
             shown.append(("live_workers", _listed(handlers)))
+        if facts.queue_state is not None:
+            state = facts.queue_state
+            shown += [("queue_paused", state.paused), ("queue_max_running", state.max_running)]
+            if state.rate_limit is not None:
+                shown += [("queue_rate_limit", state.rate_limit), ("queue_rate_period", f"{state.rate_period:g} s"),
+                          ("queue_started_in_window", state.started_in_window(facts.now))]
+        if facts.queue_running is not None:
+            shown.append(("queue_running", facts.queue_running))
     if job.status is JobStatus.RUNNING:
         shown += [("leased_by", job.leased_by), ("leased_at", job.leased_at), ("lease_expires_at", job.lease_expires_at)]
         if facts.workers is not None:

@@ -49,6 +49,7 @@ from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
 from tether.entrypoints.job_control import MAX_BIGINT, JobControl, job_id_of
 from tether.entrypoints.periodic import PeriodicSchedules, decoded_payload, tick_job
+from tether.entrypoints.queue_control import QueueControl
 from tether.entrypoints.requests import EnqueueRequest
 from tether.entrypoints.send_observer import SendObserver
 from tether.entrypoints.settings import DEFAULT_LEASE_TIMEOUT, DEFAULT_REAP_INTERVAL
@@ -67,8 +68,8 @@ logger = logging.getLogger("tether.service")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Tether(JobControl, PeriodicSchedules, AsyncApi):
-    """A Tether application: handlers, enqueue, periodic schedules, administration, workers.
+class Tether(JobControl, QueueControl, PeriodicSchedules, AsyncApi):
+    """A Tether application: handlers, enqueue, periodic schedules, queue controls, administration, workers.
 
     Args:
         repository: the job store (any :class:`~tether.ports.repository.JobRepository`).

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
+from tether.domain.queues import QueueState
 
 
 @runtime_checkable
@@ -289,6 +290,55 @@ class JobRepository(Protocol):
             ValidationError: ``statuses`` names a status that cannot be cancelled (completed,
                 dead, cancelled), or ``limit`` is below 1; nothing written.
         """
+        ...
+
+    # -- queue controls (see tether.domain.queues) -------------------------------------------
+    # Every lease above (``lease``, ``lease_job``, ``complete_and_lease``) honours them: no job of
+    # a paused queue is leased by a statement that starts after the pause was written, and a
+    # limited queue never has more than ``max_running`` jobs running under unexpired leases, nor
+    # more than ``rate_limit`` leases in one rate window, however many workers lease at once.  ``due_jobs`` leaves paused queues out.
+    def set_queue_paused(self, queue: str, paused: bool, *, now: datetime) -> QueueState:
+        """Pause (``paused=True``) or resume a queue, which need not have any job; returns its
+        state as written (``updated_at = now``, aware UTC).  Idempotent.
+
+        Raises:
+            ValidationError: ``queue`` is not a queue name (field ``queue``); nothing written.
+        """
+        ...
+
+    def set_queue_limit(self, queue: str, max_running: int | None, *, now: datetime) -> QueueState:
+        """Set (an int from 1 to :data:`~tether.domain.queues.MAX_RUNNING_LIMIT`) or clear (None)
+        the most jobs of ``queue`` running at once across every worker; returns its state as written.
+
+        Raises:
+            ValidationError: a bad queue name (``queue``) or limit (``max_running``); nothing written.
+        """
+        ...
+
+    def set_queue_rate(
+        self, queue: str, rate_limit: int | None, rate_period: float | None, *, now: datetime
+    ) -> QueueState:
+        """Set (``rate_limit`` starts per window of ``rate_period`` seconds, see
+        :func:`~tether.domain.queues.validate_rate`) or clear (both None) the queue's rate limit;
+        returns its state as written.  The windows are fixed (multiples of ``rate_period`` seconds
+        since the Unix epoch); every lease of the queue counts as a start of the window of its ``now``.
+
+        Raises:
+            ValidationError: a bad queue name (``queue``), ``rate_limit`` or ``rate_period``;
+                nothing written.
+        """
+        ...
+
+    def queue_states(self) -> list[QueueState]:
+        """Every stored queue record (paused, limited, or once so), by name.
+
+        This default: none (a store written before queue controls existed); Tether's stores
+        override it, with the two writes above."""
+        return []
+
+    def count_by_queue(self, *, job_types: Sequence[str] | None = None) -> dict[str, dict[JobStatus, int]]:
+        """How many jobs each queue holds per status (every status present, zero included), for
+        the queues that hold any job of these job types (None: all types)."""
         ...
 
     # -- maintenance -------------------------------------------------------------------------

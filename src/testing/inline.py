@@ -245,7 +245,8 @@ def drain(
 
     Jobs are leased straight from ``app.repository`` (priority DESC, scheduled_at ASC, id ASC),
     whatever the dispatcher, so jobs a handler enqueues are run by the same call once due.  Jobs
-    of a type ``app`` has no handler for are skipped, left untouched and reported as pending.
+    of a type ``app`` has no handler for, and jobs of a paused queue, are skipped, left untouched
+    and reported as pending; a queue's running limit holds as it does for workers.
 
     Args:
         app: the app (normally :func:`tether.testing.fake_app`'s) whose handlers run the jobs.
@@ -302,8 +303,13 @@ def drain(
         return DrainReport(tuple(runs), tuple(moves), tuple(pending))
 
     def runnable(jobs: Sequence[Job]) -> list[Job]:
-        # a periodic tick's job not yet due is no work to wait for: the clock never jumps to it
-        return [job for job in jobs if job.job_type in app.handlers and not is_tick_key(job.idempotency_key)]
+        """The jobs a worker could start once due: a handler for their type, their queue not paused;
+        a periodic tick's job not yet due is no work to wait for (the clock never jumps to it)."""
+        paused = {state.name for state in app.repository.queue_states() if state.paused}
+        return [
+            job for job in jobs
+            if job.job_type in app.handlers and job.queue not in paused and not is_tick_key(job.idempotency_key)
+        ]
 
     while True:
         now = clock.now()

@@ -22,6 +22,8 @@ The rules, restated:
 - once a running job carries a cancel request, whatever its holder writes (complete, fail, dead
   letter, release, snooze) and the reaper make it cancelled, finished now, attempts unchanged,
   the error set by a failure or the reaper (else kept).  A heartbeat keeps the request.
+- pause (an operator) of a queue: none of its jobs is leased until it is resumed; it needs no
+  job; nothing else about its jobs changes (enqueue, holder writes, reap, cancel go on).
 - retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
   completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
 - schedules: a declaration stores a fingerprint (a new schedule has no mark; a different
@@ -134,6 +136,7 @@ class JobModel:
         self.enqueued = 0
         self.tokens: set[str] = set()
         self.schedules: dict[str, ModelSchedule] = {}
+        self.paused: set[str] = set()
 
     # -- schedules ---------------------------------------------------------------------------
     def declare(self, name: str, fingerprint: str, now: datetime, *, redefine: bool = True) -> str | None:
@@ -166,6 +169,13 @@ class JobModel:
         schedule = self.schedules[name]
         schedule.mark, schedule.last = tick, ordinal
 
+    # -- queue pause -------------------------------------------------------------------------
+    def pause(self, queue: str) -> None:
+        self.paused.add(queue)
+
+    def resume(self, queue: str) -> None:
+        self.paused.discard(queue)
+
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(
         self, *, queue: str, priority: int, max_attempts: int, scheduled_at: datetime, key: str | None, payload: object
@@ -184,15 +194,19 @@ class JobModel:
         self, *, now: datetime, queues: tuple[str, ...] | None, limit: int, listed_order: bool = False
     ) -> list[int]:
         """Ordinals a lease of up to ``limit`` jobs takes, in lease order; with ``listed_order``
-        (and queues named) queue by queue in the order listed, each in lease order."""
-        due = [j for j in self.jobs.values() if j.due(now) and (queues is None or j.queue in queues)]
+        (and queues named) queue by queue in the order listed, each in lease order.  Nothing of a
+        paused queue."""
+        due = [
+            j for j in self.jobs.values()
+            if j.due(now) and j.queue not in self.paused and (queues is None or j.queue in queues)
+        ]
         if listed_order and queues is not None:
             return [j.ordinal for j in sorted(due, key=lambda j: (queues.index(j.queue), *ModelJob.order(j)))[:limit]]
         return [j.ordinal for j in sorted(due, key=ModelJob.order)[:limit]]
 
     def can_lease(self, ordinal: int, now: datetime) -> bool:
         job = self.jobs.get(ordinal)
-        return job is not None and job.due(now) and job.attempts < job.max_attempts
+        return job is not None and job.due(now) and job.attempts < job.max_attempts and job.queue not in self.paused
 
     def record_lease(self, ordinal: int, *, token: str, worker: str, now: datetime, lease_timeout: float) -> ModelJob:
         """Apply a lease the repository granted; the token must be new."""

@@ -95,7 +95,10 @@ def store_old(repo: Any, new: NewJob) -> Job:
 # -- what a schema looks like ----------------------------------------------------------------------
 def describe(conn: Connection, schema: str | None) -> dict[str, Any]:
     """The reflected shapes of Tether's tables, by name (see :func:`describe_table`)."""
-    return {table: describe_table(conn, schema, table) for table in ("tether_jobs", "tether_workers", "tether_schedules")}
+    return {
+        table: describe_table(conn, schema, table)
+        for table in ("tether_jobs", "tether_workers", "tether_schedules", "tether_queues")
+    }
 
 
 def describe_table(conn: Connection, schema: str | None, table: str) -> dict[str, Any]:
@@ -187,13 +190,15 @@ def assert_at_head(target: Target, tmp_path: Path) -> None:
     assert workers["primary_key"] == ["worker_id"] and workers["indexes"] == []
     schedules = migrated["tether_schedules"]
     assert schedules["primary_key"] == ["name"] and schedules["indexes"] == []
+    controls = migrated["tether_queues"]
+    assert controls["primary_key"] == ["name"] and controls["indexes"] == []
 
 
 # -- revisions ---------------------------------------------------------------------------------------
 def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
     revisions = migrations.shipped_revisions()
     assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
-    assert revisions[-1] == HEAD_REVISION == "0007"
+    assert revisions[-1] == HEAD_REVISION == "0008"
     assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
 
 
@@ -285,7 +290,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
 
     repo = target.open()  # create=True upgrades
     try:
-        assert repo.schema_version() == SCHEMA_VERSION == 7
+        assert repo.schema_version() == SCHEMA_VERSION == 8
         assert_at_head(target, tmp_path)
         with repo.engine.connect() as conn:
             after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
@@ -382,6 +387,7 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "UPDATE tether_alembic_version SET version_num='0006'" in only_new
     assert "ALTER TABLE tether_jobs ADD COLUMN headers TEXT" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0007'" in only_new
+    assert "CREATE TABLE tether_queues" in only_new and "UPDATE tether_alembic_version SET version_num='0008'" in only_new
     assert "CREATE TABLE app_jobs.tether_workers" in pg
     lite = migrations.upgrade_sql("sqlite")
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite

@@ -294,3 +294,18 @@ def test_retries_snoozes_and_releases_notify_their_new_due_time(worker_repositor
         assert heard.payloads[1:] == [f"{due.timestamp():.6f} rq" for due in (retry_at, snooze_until, snooze_until)]
     finally:
         heard.close()
+
+
+def test_resuming_or_limiting_a_queue_wakes_listening_workers_of_another_process(
+    worker_repository: PostgresJobRepository, producer: Tether
+) -> None:
+    # The producer is another repository (as another process would hold): its dispatcher cannot
+    # reach the worker's, so only the NOTIFY of the queue's write can wake it before its 5 s poll.
+    with Worker(worker_repository) as worker:
+        producer.pause_queue("default")
+        producer.enqueue("listen.record", {"name": "held"})
+        time.sleep(0.5)  # the enqueue's NOTIFY woke the worker, which leased nothing
+        assert "held" not in worker.starts
+        before = time.time()
+        producer.resume_queue("default")
+        assert worker.started("held")[0] - before < BOUND

@@ -87,6 +87,22 @@ def test_a_lease_batch_leases_every_row_but_the_bad_one_and_then_leaves_it_out(r
     assert repo.get(bad).status is JobStatus.QUEUED
 
 
+def test_a_limited_queue_leases_around_a_bad_row_and_then_leaves_it_out(repo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo.set_queue_limit("default", 4, now=T0)
+    good = [add(repo, "good").id for _ in range(3)]
+    bad = add(repo, "bad.lease", priority=9).id  # first in lease order: the limited queue's lease meets it
+    assert [j.id for j in lease(repo)] == good
+    assert repo._skipped.ids() == [bad] and repo.get(bad).status is JobStatus.QUEUED
+    more = [add(repo, "good").id for _ in range(3)]
+
+    def no_row_by_row(**_: Any) -> list[Job]:
+        raise AssertionError("the limited queue's lease statement met the skipped row again")
+
+    monkeypatch.setattr(repo, "_lease_row_by_row", no_row_by_row)
+    assert [j.id for j in lease(repo)] == more[:1]  # the one free slot of four; the bad row left out
+    assert repo.get(bad).status is JobStatus.QUEUED
+
+
 def test_a_reap_pass_reaps_every_row_but_the_bad_one(repo: Any) -> None:
     bad = add(repo, "bad.reap").id
     good = [add(repo, "good").id for _ in range(4)]

@@ -381,3 +381,21 @@ def test_drain_works_on_an_app_from_connect_on_sqlite(tmp_path: Path) -> None:
         assert [(r.outcome, r.ran_at) for r in report] == [("retrying", seconds(0)), ("completed", seconds(1))]
         stored = app.get(job.id)
         assert (stored.status, stored.attempts, stored.finished_at) == (JobStatus.COMPLETED, 2, seconds(1))
+
+
+def test_jobs_of_a_paused_queue_are_pending_and_do_not_stop_later_jobs() -> None:
+    app = fake_app()
+    ran: list[Any] = []
+    app.register("mail.send", lambda payload: ran.append(("mail", payload)), queue="mail")
+    app.register("report.build", lambda payload: ran.append(("report", payload)))
+    held = app.enqueue("mail.send", {"n": 1}).job
+    app.enqueue("report.build", {"n": 2}, delay=30)  # due later: the clock must still move to it
+    app.pause_queue("mail")
+
+    report = drain(app)
+
+    assert ran == [("report", {"n": 2})]
+    assert [job.id for job in report.pending] == [held.id]
+    assert app.get(held.id).status is JobStatus.QUEUED
+    app.resume_queue("mail")
+    assert [r.job.id for r in drain(app)] == [held.id]

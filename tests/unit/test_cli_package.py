@@ -21,7 +21,9 @@ def test_every_module_with_commands_is_registered_and_adds_some() -> None:
         if not info.name.startswith("_") and hasattr(importlib.import_module(f"{cli.__name__}.{info.name}"), "register")
     }
     registered = {module.__name__.rsplit(".", 1)[1] for module in cli.COMMAND_GROUPS}
-    assert with_register == registered == {"dashboard", "db", "demo", "enqueue", "jobs", "maintenance", "schedules", "worker", "workers"}
+    assert with_register == registered == {
+        "dashboard", "db", "demo", "enqueue", "jobs", "maintenance", "queues", "schedules", "worker", "workers",
+    }
     for module in cli.COMMAND_GROUPS:
         scratch = typer.Typer()
         module.register(scratch)

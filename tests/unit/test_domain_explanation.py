@@ -47,7 +47,7 @@ def verdict(facts: JobFacts) -> tuple[str, str]:
 
 def test_the_rules_are_tried_in_this_order() -> None:
     assert [reason for reason, _ in RULES] == [
-        "completed", "dead", "running", "scheduled", "retrying", "no_worker", "waiting", "next", "status"]
+        "completed", "dead", "running", "scheduled", "retrying", "paused", "no_worker", "limited", "rate_limited", "waiting", "next", "status"]
 
 
 @pytest.mark.parametrize(
@@ -152,3 +152,44 @@ def test_the_facts_follow_the_status_and_never_hold_the_lease_token() -> None:
     done = explain(JobFacts(job(status=JobStatus.COMPLETED, attempts=1, finished_at=NOW), NOW))
     assert [f.name for f in done.facts][7:] == ["finished_at"]
     assert (done.job_id, done.status) == (42, JobStatus.COMPLETED)
+
+
+# -- queue controls --------------------------------------------------------------------------------
+def test_a_paused_queue_is_the_reason_a_due_job_waits() -> None:
+    from tether.domain.queues import QueueState
+
+    state = QueueState("default", paused=True, updated_at=NOW - timedelta(minutes=3))
+    result = explain(JobFacts(job(), NOW, (), due_ahead=4, queue_state=state))  # no live worker either: pause wins
+    assert result.reason == "paused"
+    assert result.verdict == "queue default is paused since 2026-01-01 11:57:00 UTC: no worker starts its jobs until it is resumed"
+    assert (result.fact("queue_paused"), result.fact("queue_max_running")) == (True, None)
+    later = job(scheduled_at=NOW + timedelta(minutes=1))
+    assert explain(JobFacts(later, NOW, queue_state=state)).reason == "scheduled"
+
+
+def test_a_queue_at_its_limit_is_the_reason_a_due_job_waits() -> None:
+    from tether.domain.queues import QueueState
+
+    state = QueueState("default", max_running=3)
+    full = explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=state, queue_running=3))
+    assert full.reason == "limited"
+    assert full.verdict.startswith("queue default is at its running limit: 3 of at most 3 jobs running")
+    assert full.fact("queue_running") == 3
+    room = explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=state, queue_running=2))
+    assert room.reason == "next"
+
+
+def test_a_spent_rate_window_is_the_reason_a_due_job_waits() -> None:
+    from tether.domain.queues import QueueState
+
+    window = datetime(2026, 1, 1, 11, 59, tzinfo=UTC)  # NOW is 12:00:00, in the window 12:00-12:01
+    spent = QueueState("default", rate_limit=5, rate_period=60.0, window_start=NOW, window_starts=5)
+    result = explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=spent))
+    assert result.reason == "rate_limited"
+    assert result.verdict == (
+        "queue default is at its rate limit: 5 jobs started in this window of 60 s; "
+        "the next window begins at 2026-01-01 12:01:00 UTC"
+    )
+    assert (result.fact("queue_rate_limit"), result.fact("queue_started_in_window")) == (5, 5)
+    old = QueueState("default", rate_limit=5, rate_period=60.0, window_start=window, window_starts=5)
+    assert explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=old)).reason == "next"

@@ -178,9 +178,22 @@ def test_static_serves_the_stylesheet_and_the_script_only() -> None:
         assert c.get(other).status_code == 404, other
 
 
-def test_the_queue_page_says_pausing_is_not_available_yet() -> None:
-    c = client(new_app())
-    assert "not available in this version" in c.get("/queues").text
+def test_the_queue_page_shows_each_queues_controls() -> None:
+    app = new_app()
+    app.enqueue("mail.send", {}, queue="mail")
+    app.enqueue("mail.send", {}, queue="plain")
+    app.limit_queue("mail", max_running=2)
+    app.rate_limit_queue("mail", starts=10, per=1.0)
+    app.pause_queue("reports")  # no job: listed below the live queues
+    page = client(app).get("/queues").text
+    assert "not available in this version" not in page
+    mail = page[page.index('data-controls="mail"'):].split("</td>", 1)[0]
+    assert "active" in mail and "at most 2 running" in mail and "10 starts per 1.0 s" in mail
+    plain = page[page.index('data-controls="plain"'):].split("</td>", 1)[0]
+    assert "active" in plain and "running" not in plain
+    assert "Controlled queues without live jobs" in page
+    reports = page[page.index('data-controls="reports"'):].split("</td>", 1)[0]
+    assert "paused" in reports and "/queues/reports/resume" in page and "/queues/reports/pause" not in page
 
 
 def test_the_job_page_shows_each_attempt_as_a_timeline_escaped() -> None:
@@ -339,12 +352,31 @@ def test_bulk_retry_refuses_bad_selections() -> None:
     assert post(c, "/jobs/retry", {"job_id": [str(i) for i in range(1, 502)]}, token=token).status_code == 400
 
 
-def test_pausing_a_queue_is_501_until_the_app_can_pause() -> None:
+def test_pausing_and_resuming_a_queue_asks_then_acts_and_logs_who(caplog: pytest.LogCaptureFixture) -> None:
     app = new_app()
+    app.enqueue("mail.send", {}, queue="mail")
     c = client(app)
-    token = token_of(c)
-    answer = post(c, "/queues/default/pause", {"confirm": "yes"}, token=token)
-    assert answer.status_code == 501 and "pause" in answer.text
+    token = token_of(c, "/queues")
+    page = c.get("/queues").text
+    assert "/queues/mail/pause" in page and "/queues/mail/resume" not in page  # active: only Pause offered
+    asked = post(c, "/queues/mail/pause", {}, token=token)
+    assert asked.status_code == 200 and "Pause queue mail?" in asked.text
+    assert not any(q.paused for q in app.queues())  # asking changes nothing
+    with caplog.at_level(logging.INFO, logger="tether.web.audit"):
+        assert post(c, "/queues/mail/pause", {"confirm": "yes"}, token=token).status_code == 303
+    assert f"{USER} paused queue mail" in caplog.text
+    assert [q.paused for q in app.queues() if q.name == "mail"] == [True]
+    assert app.repository.lease(queues=["mail"], worker_id="w", now=app.clock.now(), lease_timeout=30) == []
+    page = c.get("/queues").text
+    assert "paused" in page and "/queues/mail/resume" in page and "/queues/mail/pause" not in page
+    app.limit_queue("idle", max_running=3)  # controls of a queue with no job are listed too
+    assert "at most 3 running" in c.get("/queues").text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tether.web.audit"):
+        assert post(c, "/queues/mail/resume", {"confirm": "yes"}, token=token).status_code == 303
+    assert f"{USER} resumed queue mail" in caplog.text
+    assert [q.paused for q in app.queues() if q.name == "mail"] == [False]
+    assert len(app.repository.lease(queues=["mail"], worker_id="w", now=app.clock.now(), lease_timeout=30)) == 1
     assert post(c, "/queues/bad%20name/resume", {"confirm": "yes"}, token=token).status_code == 400
 
 

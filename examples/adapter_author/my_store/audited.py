@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
+from tether.domain.queues import QueueState
 from tether.ports.repository import JobRepository
 
 
@@ -116,6 +117,22 @@ class AuditedJobRepository(JobRepository):
 
     def due_jobs(self, *, now: datetime, queues: Sequence[str] | None, limit: int) -> list[Job]:
         return self.inner.due_jobs(now=now, queues=queues, limit=limit)
+
+    def set_queue_paused(self, queue: str, paused: bool, *, now: datetime) -> QueueState:
+        return self.inner.set_queue_paused(queue, paused, now=now)
+
+    def set_queue_limit(self, queue: str, max_running: int | None, *, now: datetime) -> QueueState:
+        return self.inner.set_queue_limit(queue, max_running, now=now)
+
+    def set_queue_rate(self, queue: str, rate_limit: int | None, rate_period: float | None, *,
+                       now: datetime) -> QueueState:
+        return self.inner.set_queue_rate(queue, rate_limit, rate_period, now=now)
+
+    def queue_states(self) -> list[QueueState]:
+        return self.inner.queue_states()
+
+    def count_by_queue(self, *, job_types: Sequence[str] | None = None) -> dict[str, dict[JobStatus, int]]:
+        return self.inner.count_by_queue(job_types=job_types)
 
     def close(self) -> None:
         self.inner.close()

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Integer, bindparam, select, update
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.mapping import row_to_job
-from tether.adapters.sqlalchemy.reads import SqlReads
+from tether.adapters.sqlalchemy.queue_controls import SqlQueueControls
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import StorageRowError, StorageUnavailable
@@ -28,7 +28,7 @@ from tether.domain.timeutil import ensure_utc
 from tether.domain.validation import validate_queue, validate_seconds, validate_worker_id
 
 
-class SqlLeases(SqlReads):
+class SqlLeases(SqlQueueControls):
     """``lease``, ``lease_job`` and ``due_jobs``, and the due-job statement parts the dialects
     build their lease statements from."""
 
@@ -63,14 +63,17 @@ class SqlLeases(SqlReads):
                 params["p_queues"] = names
         return params
 
-    def _due_filter_params(self, shape: str, skip: bool = False) -> list[ColumnElement[bool]]:
+    def _due_filter_params(self, shape: str, skip: bool = False, *, leasing: bool = True) -> list[ColumnElement[bool]]:
         """The due-job predicate with bound parameters ``p_now`` and ``p_queue``/``p_queues``
-        (and ``p_skip``, the ids of jobs left out, with ``skip``: see :mod:`.row_faults`)."""
+        (and ``p_skip``, the ids of jobs left out, with ``skip``: see :mod:`.row_faults`);
+        ``leasing``: of the plain lease path (restricted queues left out), else of ``due_jobs``
+        (paused queues left out)."""
         t = self.table
         conditions = [
             status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING),
             t.c.scheduled_at <= bindparam("p_now", type_=t.c.scheduled_at.type),
             t.c.attempts < t.c.max_attempts,
+            self._unrestricted() if leasing else self._not_paused(),
         ]
         if shape == "one":
             conditions.append(t.c.queue == bindparam("p_queue", type_=t.c.queue.type))
@@ -106,7 +109,7 @@ class SqlLeases(SqlReads):
         if stmt is None:
             stmt = self._statements[("due", shape)] = (
                 select(self.table)
-                .where(*self._due_filter_params(shape))
+                .where(*self._due_filter_params(shape, leasing=False))
                 .order_by(*self._lease_order())
                 .limit(bindparam("p_limit", type_=Integer()))
             )
@@ -195,7 +198,8 @@ class SqlLeases(SqlReads):
         return leased
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
-        """Lease this job if it is due; else None.  A compare-and-set on its leasable status."""
+        """Lease this job if it is due and its queue lets it; else None.  A compare-and-set on its
+        leasable status (a job of a limited queue: :meth:`_lease_job_limited`)."""
         now = ensure_utc(now, "now")
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
@@ -213,7 +217,9 @@ class SqlLeases(SqlReads):
             params = {"p_id": job_id, "p_token": token, **self._lease_params(None, worker_id, now, lease_timeout, 1)}
             try:
                 row = self._write_once("lease a job", lambda c: c.execute(stmt, params).first(), single=True)  # noqa: B023
-                return row_to_job(row) if row is not None else None
+                if row is None:  # a limited queue's job takes the counting path
+                    return self._lease_job_limited(job_id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)
+                return row_to_job(row)
             except _UnknownOutcome:
                 # Did our lease land?  The token is ours alone, so the row says so.
                 row = self._read("check a lease", lambda c: self._get_row(c, job_id))

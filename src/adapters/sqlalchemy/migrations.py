@@ -36,11 +36,11 @@ from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, delete, insert, inspect, select
 from sqlalchemy.engine import Connection
-from tether.adapters.sqlalchemy.schema import SCHEDULES_TABLE_NAME, TABLE_NAME, WORKERS_TABLE_NAME
+from tether.adapters.sqlalchemy.schema import QUEUES_TABLE_NAME, SCHEDULES_TABLE_NAME, TABLE_NAME, WORKERS_TABLE_NAME
 from tether.domain.errors import ConfigurationError, ValidationError
 
 #: The schema version this Tether writes and expects: the number of its newest revision.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: Alembic's version table, under Tether's name, in the repository's schema.
 VERSION_TABLE = "tether_alembic_version"
 #: The version table of the runner before Alembic (one integer row); kept up to date where it exists.
@@ -64,8 +64,8 @@ HEAD_REVISION = revision_id(SCHEMA_VERSION)
 
 def is_tether_table(name: str | None) -> bool:
     """True for the tables Alembic's autogenerate compares (``tether_jobs``, ``tether_workers``,
-    ``tether_schedules``; version tables are Alembic's own)."""
-    return name in (TABLE_NAME, WORKERS_TABLE_NAME, SCHEDULES_TABLE_NAME)
+    ``tether_schedules``, ``tether_queues``; version tables are Alembic's own)."""
+    return name in (TABLE_NAME, WORKERS_TABLE_NAME, SCHEDULES_TABLE_NAME, QUEUES_TABLE_NAME)
 
 
 def _version_tables(schema: str | None) -> tuple[Table, Table]:

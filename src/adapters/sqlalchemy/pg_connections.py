@@ -110,7 +110,10 @@ class PgConnections(SqlAlchemyJobRepository):
 
     @property
     def _qualified_table(self) -> str:
-        name = self.table.name
+        return self._qualified_name(self.table.name)
+
+    def _qualified_name(self, name: str) -> str:
+        """A table ``name`` of this repository's schema, as SQL."""
         return f'"{self.schema}".{name}' if self.schema else name
 
     def _driver_once(self, doing: str, sql: str, params: Any) -> list[tuple[Any, ...]]:

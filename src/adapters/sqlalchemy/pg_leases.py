@@ -34,17 +34,18 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from sqlalchemy import Text, cast, func, literal, select, text
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.history_sql import append_sql, or_cancelled
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
-from tether.adapters.sqlalchemy.schema import status_is
+from tether.adapters.sqlalchemy.schema import RESTRICTED_PREDICATE, status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import LeaseLost, StorageRowError, StorageUnavailable
 from tether.domain.job import Job, JobStatus, lease_order_key, listed_order_key
-from tether.domain.timeutil import ensure_utc
+from tether.domain.timeutil import ensure_utc, to_micros
 from tether.domain.validation import validate_seconds, validate_worker_id
 
 #: The status a fenced completion writes on the row ``j``: ``cancelled`` when an operator asked to
@@ -55,28 +56,67 @@ COMPLETED_OR_CANCELLED = "CASE WHEN j.cancel_requested_at IS NULL THEN 'complete
 class PgLeases(PgConnections):
     """``lease``, ``complete_many`` (through :meth:`_complete_rows`) and ``complete_and_lease`` on PostgreSQL."""
 
+    _cache_limited = True
+
     def _lease_parts(self, shape: str, skip: bool = False) -> tuple[str, str]:
         """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
         :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
-        due rows of the queue filter ``shape`` (all, one, many) in lease order, skipping rows other
-        workers hold locked; ``listed``: the best of each listed queue in turn, each queue's rows
-        read from the partial lease index and no row locked past the limit) and the UPDATE that leases them, each under ``md5(p_secret || id)``,
-        returning :data:`JOB_COLUMNS`."""
+        due rows of the queue filter ``shape`` in lease order, skipping rows other workers hold
+        locked, and with ``skip`` the ids of ``p_skip``, rows that failed alone: see
+        :mod:`.row_faults`) and the UPDATE that leases them, each under ``md5(p_secret || id)``,
+        returning :data:`JOB_COLUMNS`.
+
+        Shapes: ``all``, ``one`` (``p_queue``), ``many`` (``p_queues``), ``listed`` (``p_queues``:
+        the best of each listed queue in turn, each queue's rows read from the partial lease index
+        and no row locked past the limit): the plain path, which leaves paused and limited queues
+        out; ``limited`` (``p_queue``) and ``limited_id`` (``p_queue``, ``p_id``): one limited
+        queue, at most its free slots (its ``max_running`` less its running jobs with unexpired
+        leases at ``p_now``, and its ``rate_limit`` less its starts in the rate window of
+        ``p_now_us``; none when it is paused or no longer limited)."""
         table = self._qualified_table
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
+        controls = self._qualified_name(self.queues_table.name)
         queue_filter = {"all": "", "one": " AND queue = %(p_queue)s", "listed": " AND queue = q.name",
-                        "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))"}[shape]
+                        "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))",
+                        "limited": " AND queue = %(p_queue)s",
+                        "limited_id": " AND queue = %(p_queue)s AND id = %(p_id)s"}[shape]
+        free_slots = None
+        if shape.startswith("limited"):
+            running = (
+                f"SELECT count(*) FROM {table} WHERE status = 'running' AND queue = %(p_queue)s "
+                "AND lease_expires_at > %(p_now)s"
+            )
+            window = "(%(p_now_us)s / c.rate_period_us) * c.rate_period_us"
+            room = (
+                "SELECT GREATEST(LEAST("
+                f"CASE WHEN c.max_running IS NULL THEN NULL ELSE c.max_running - ({running}) END, "
+                "CASE WHEN c.rate_limit IS NULL THEN NULL ELSE c.rate_limit - "
+                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) END), 0) "
+                f"FROM {controls} AS c WHERE c.name = %(p_queue)s AND NOT c.paused "
+                "AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)"
+            )
+            free_slots = f"COALESCE(({room}), 0)"
+        else:
+            queue_filter += f" AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE})"
         if skip:  # only while rows that failed alone are left out (see .row_faults)
             queue_filter += " AND id <> ALL(CAST(%(p_skip)s AS bigint[]))"
-        chosen = (
-            f"SELECT id FROM {table} WHERE status IN ('queued', 'retrying') "
+        due = (
+            f"FROM {table} WHERE status IN ('queued', 'retrying') "
             f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
             "ORDER BY priority DESC, scheduled_at, id LIMIT %(p_limit)s FOR UPDATE SKIP LOCKED"
         )
+        chosen = f"SELECT id {due}"
         if shape == "listed":  # queue by queue in the order listed, each through the partial lease index
             chosen = (
                 "SELECT c.id FROM unnest(CAST(%(p_queues)s AS text[])) WITH ORDINALITY AS q(name, pos) "
                 f"CROSS JOIN LATERAL ({chosen}) AS c LIMIT %(p_limit)s"
+            )
+        elif free_slots is not None:
+            # The free slots cut the p_limit rows down afterwards: a LIMIT the planner cannot read
+            # would make it expect a tenth of the table and hash-join all of it.
+            chosen = (
+                f"SELECT picked.id FROM (SELECT id, priority, scheduled_at {due}) AS picked "
+                f"ORDER BY picked.priority DESC, picked.scheduled_at, picked.id LIMIT {free_slots}"
             )
         update = (
             f"UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
@@ -133,13 +173,104 @@ class PgLeases(PgConnections):
                 if attempt + 1 < self.retry_attempts:
                     self._sleep(attempt)
                 continue
-            return sorted((job_from_tuple(r) for r in rows), key=order)
+            jobs = [job_from_tuple(r) for r in rows]
+            if len(jobs) < limit:  # the limited queues: one short counting transaction each
+                jobs += self._limited_top_up(queues, worker_id, now, lease_timeout, limit - len(jobs), shape == "listed")
+            return sorted(jobs, key=order)
         # never "no job" because the store kept failing (the contract of lease)
         raise StorageUnavailable(f"{self.safe_url}: could not lease jobs: the connection kept failing")
 
     def _listed_shape(self, queues: Sequence[str] | None, listed_order: bool) -> str:
         """The queue filter's shape, ``listed`` for a listed-order lease of several queues."""
         return "listed" if listed_order and queues is not None and len(queues) > 1 else self._queue_shape(queues)
+
+    def _limited_top_up(
+        self, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
+        listed: bool,
+    ) -> list[Job]:
+        """:meth:`_top_up_limited` (the limited queues in the order listed with ``listed``, the
+        rows that failed alone left out); a row refused there sends the limited queues' leases
+        one by one (:meth:`_lease_row_by_row`, which skips the bad row for a while); another
+        storage error leases nothing more (the plain lease's jobs are still handed out; the next
+        lease meets the trouble again)."""
+        try:
+            return self._top_up_limited(
+                queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed,
+                skip=self._skipped.ids(),
+            )
+        except StorageRowError:
+            limited = self._limited_queues(queues, listed=True)
+            try:
+                return self._lease_row_by_row(
+                    queues=limited, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=True,
+                ) if limited else []
+            except StorageUnavailable:
+                return []
+        except StorageUnavailable:
+            return []
+
+    def _limited_sql(self, shape: str, skip: bool = False) -> str:
+        """The limited-queue lease as one simple query of two statements, an implicit transaction:
+        lock the queue's row, then (a new statement, so a new snapshot that sees every lease
+        committed before the lock was granted) count its running jobs and lease at most the
+        remainder (:meth:`_lease_parts` shape ``limited``/``limited_id``), counting the leases in
+        the queue's rate window (``window_start_us``, ``window_starts``) in the same statement."""
+        key = ("limited_sql", shape, skip)
+        sql = self._statements.get(key)
+        if sql is None:
+            controls = self._qualified_name(self.queues_table.name)
+            chosen, update = self._lease_parts(shape, skip)
+            window = "(%(p_now_us)s / c.rate_period_us) * c.rate_period_us"
+            count_starts = (  # the rate window's starts, in the same statement as the lease
+                f"UPDATE {controls} AS c SET window_start_us = {window}, window_starts = "
+                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) + (SELECT count(*) FROM leased) "
+                "WHERE c.name = %(p_queue)s AND c.rate_limit IS NOT NULL AND EXISTS (SELECT 1 FROM leased)"
+            )
+            sql = self._statements[key] = (
+                f"SELECT 1 FROM {controls} WHERE name = %(p_queue)s FOR UPDATE; "
+                f"WITH chosen AS ({chosen}), leased AS ({update}), starts AS ({count_starts}) SELECT * FROM leased"
+            )
+        return str(sql)
+
+    def _lease_limited_alone(
+        self, queue: str, *, worker_id: str, now: datetime, lease_timeout: float, limit: int, job_id: int | None = None,
+        skip: Sequence[int] = (),
+    ) -> list[Job]:
+        """The limited-queue lease (:meth:`_limited_sql`) in **one** round trip: both statements
+        go in one simple query (parameters bound client-side), which PostgreSQL runs as one
+        transaction, so the queue's row stays locked only while the server runs them.  A reply
+        lost while it commits is read back by the lease's secret."""
+        sql = self._limited_sql("limited" if job_id is None else "limited_id", bool(skip))
+        params: dict[str, Any] = {
+            **self._lease_params([queue], worker_id, now, lease_timeout, limit), "p_queue": queue, "p_id": job_id,
+            "p_now_us": to_micros(now),
+        }
+        if skip:
+            params["p_skip"] = list(skip)
+
+        def run(driver: Any) -> list[tuple[Any, ...]]:
+            cursor = psycopg.ClientCursor(driver)
+            cursor.execute(sql, params)
+            cursor.nextset()  # past the lock's row: the leased rows
+            return cursor.fetchall()
+
+        for attempt in range(self.retry_attempts):
+            secret = secrets.token_hex(16)
+            params["p_secret"] = secret
+            try:
+                rows = self._write_once("lease jobs of a limited queue", run, connect=self._driver_connection)
+            except _UnknownOutcome:
+                recovered = self._read(
+                    "check an interrupted lease",
+                    lambda c: self._rows_leased_under(c, secret, worker_id, now, lease_timeout),  # noqa: B023
+                )
+                if recovered:
+                    return [row_to_job(r) for r in recovered]
+                if attempt + 1 < self.retry_attempts:
+                    self._sleep(attempt)
+                continue
+            return [job_from_tuple(r) for r in rows]
+        raise StorageUnavailable(f"{self.safe_url}: could not lease jobs of queue {queue}: the connection kept failing")
 
     def _rows_leased_under(
         self, conn: Connection, secret: str, worker_id: str, now: datetime, lease_timeout: float
@@ -285,6 +416,8 @@ class PgLeases(PgConnections):
             for key in batch:
                 if key not in done:
                     done[key] = LeaseLost(*key)
+            if len(jobs) < limit:  # the limited queues: one short counting transaction each
+                jobs += self._limited_top_up(queues, worker_id, now, lease_timeout, limit - len(jobs), shape == "listed")
             return [done[(int(i), str(t))] for i, t in items], sorted(jobs, key=order)
         raise StorageUnavailable(f"{self.safe_url}: could not complete and lease jobs: the connection kept failing")
 

@@ -17,6 +17,10 @@ commits, and a rolled-back enqueue sends nothing.
   time) in the same transaction, on the same connection (:meth:`PgWakeups._send_wakeups`); a
   retry, a snooze and a release wrap their fenced ``UPDATE`` in a CTE that notifies for the row it
   wrote (:meth:`PgWakeups._fenced_statement`).
+- A queue's controls: a write that lets a queue start jobs again (resume, a limit set, changed or
+  cleared) notifies the queue as due now in its upsert's transaction
+  (:meth:`PgWakeups._upsert_queue`), so listening workers of every process lease its due jobs
+  at once instead of at their next poll; a pause sends nothing.
 - **Cost**: nothing when disabled (the statements are the plain ones).  When enabled, PostgreSQL
   serialises the commits of notifying transactions on one lock, which lowers the rate of many
   concurrent single enqueues (see docs/operations.md for the figures).
@@ -33,7 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Text, cast, extract, func, literal, select
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.domain.job import Job
 
@@ -89,6 +93,15 @@ class PgWakeups(PgConnections):
                 earliest[job.queue] = job.scheduled_at
         for queue, due in earliest.items():
             conn.exec_driver_sql("SELECT pg_notify(%(c)s, %(p)s)", {"c": channel, "p": wakeup_payload(queue, due)})
+
+    def _upsert_queue(self, conn: Connection, name: str, now: datetime, changes: dict[str, Any]) -> Row[Any]:
+        """As the base class; with wake-ups on and the queue not paused after the write, also
+        ``pg_notify`` the queue as due at ``now`` in the same transaction."""
+        row = super()._upsert_queue(conn, name, now, changes)
+        channel = self.wakeup_channel
+        if channel is not None and not row.paused:
+            conn.exec_driver_sql("SELECT pg_notify(%(c)s, %(p)s)", {"c": channel, "p": wakeup_payload(name, now)})
+        return row
 
     def _fenced_statement(self, kind: str) -> Any:
         """As the base class; with wake-ups on, a retry or snooze (release) statement is wrapped

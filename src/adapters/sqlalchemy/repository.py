@@ -11,6 +11,7 @@ of one part per concern, each in its own module:
   ``release``, ``snooze``: compare-and-set writes on a running job under its lease token;
 - :mod:`.maintenance`: ``reap``, ``retry_dead``, ``purge``;
 - :mod:`.cancellation`: ``cancel`` and ``cancel_many`` (an operator's cancel);
+- :mod:`.queue_controls`: pause and running limits on ``tether_queues``, the limited-queue lease path;
 - :mod:`.reads`: ``get``, ``find_by_key``, ``list_jobs``, ``count_by_status``;
 - :mod:`.overview`: the dashboard's bounded reads (``browse_jobs``, ``status_totals``,
   ``queue_summaries``, ``finished_per_minute``);
@@ -47,7 +48,13 @@ from tether.adapters.sqlalchemy.overview import SqlOverview
 from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.row_faults import SkippedRows
 from tether.adapters.sqlalchemy.schedules import SqlSchedules
-from tether.adapters.sqlalchemy.schema import build_jobs_table, build_schedules_table, build_workers_table, status_is
+from tether.adapters.sqlalchemy.schema import (
+    build_jobs_table,
+    build_queues_table,
+    build_schedules_table,
+    build_workers_table,
+    status_is,
+)
 from tether.adapters.sqlalchemy.worker_registry import SqlWorkerRegistry
 from tether.domain.errors import ConfigurationError
 from tether.ports.repository import JobRepository
@@ -89,6 +96,7 @@ class SqlAlchemyJobRepository(
         table: the ``tether_jobs`` :class:`Table` bound to this repository's schema.
         workers_table: the ``tether_workers`` :class:`Table` (the worker registry), same schema.
         schedules_table: the ``tether_schedules`` :class:`Table` (periodic schedules), same schema.
+        queues_table: the ``tether_queues`` :class:`Table` (queue controls), same schema.
     """
 
     def __init__(self, engine: Engine, *, schema: str | None = None) -> None:
@@ -98,6 +106,7 @@ class SqlAlchemyJobRepository(
         self.table = build_jobs_table(self.metadata)
         self.workers_table = build_workers_table(self.metadata)
         self.schedules_table = build_schedules_table(self.metadata)
+        self.queues_table = build_queues_table(self.metadata)
         self._serial = None  # set for single-connection engines
         self._statements: dict[Any, Any] = {}  # hot-path statements built once, run with parameters
         self._skipped = SkippedRows()  # jobs whose rows failed a batch alone, left out of batches for a while
@@ -146,7 +155,7 @@ class SqlAlchemyJobRepository(
             raise migrations.newer_schema_error(self.safe_url, found)
 
     def drop_schema(self) -> None:
-        """Drop ``tether_jobs``, ``tether_workers``, ``tether_schedules`` and the version tables (tests and tear-down only: every job is lost)."""
+        """Drop ``tether_jobs``, ``tether_workers``, ``tether_schedules``, ``tether_queues`` and the version tables (tests and tear-down only: every job is lost)."""
 
         def drop(conn: Connection) -> None:
             self.metadata.drop_all(conn, checkfirst=True)

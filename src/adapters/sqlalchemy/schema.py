@@ -1,8 +1,10 @@
-"""The ``tether_jobs`` and ``tether_workers`` tables, their indexes, and the UTC datetime column type.
+"""The ``tether_jobs``, ``tether_workers`` and ``tether_queues`` tables, their indexes, and the UTC datetime column type.
 
 One table holds every job; ``tether_workers`` holds the worker registry (one row per running worker
 pool, see :mod:`tether.domain.workers`: a few rows, read by people, written once per heartbeat
-interval per pool, so it has no index beyond its primary key).  Times are stored in one canonical, sortable form per database:
+interval per pool, so it has no index beyond its primary key); ``tether_queues`` holds the queue
+controls (one row per queue ever paused or limited: a tiny table the lease statement anti-joins
+on its primary key, see :mod:`tether.domain.queues`).  Times are stored in one canonical, sortable form per database:
 
 - PostgreSQL: ``timestamptz`` (microsecond precision, compared by the server as instants);
 - SQLite: integer microseconds since the Unix epoch (``BIGINT``), so ``ORDER BY`` and ``<=``
@@ -40,6 +42,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     ColumnElement,
@@ -63,6 +66,11 @@ from tether.domain.timeutil import UTC, ensure_utc, from_micros, to_micros
 TABLE_NAME = "tether_jobs"
 WORKERS_TABLE_NAME = "tether_workers"
 SCHEDULES_TABLE_NAME = "tether_schedules"
+QUEUES_TABLE_NAME = "tether_queues"
+#: A queue row that sends its jobs off the plain lease path (shared with revision 0008).
+RESTRICTED_PREDICATE = "paused OR max_running IS NOT NULL OR rate_limit IS NOT NULL"
+MAX_RUNNING_CHECK = "max_running IS NULL OR max_running >= 1"
+RATE_CHECK = "(rate_limit IS NULL) = (rate_period_us IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period_us >= 1000))"
 LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
 RUNNING_PREDICATE = "status = 'running'"
 FINISHED_PREDICATE = "finished_at IS NOT NULL"
@@ -223,9 +231,38 @@ def build_schedules_table(metadata: MetaData) -> Table:
     )
 
 
-def build_tables(metadata: MetaData) -> tuple[Table, Table, Table]:
-    """Define every Tether table in ``metadata``: ``(tether_jobs, tether_workers, tether_schedules)``."""
-    return build_jobs_table(metadata), build_workers_table(metadata), build_schedules_table(metadata)
+def build_queues_table(metadata: MetaData) -> Table:
+    """Define ``tether_queues`` (in ``metadata``'s schema), the queue controls; returns the Table.
+
+    ``paused`` stops leases of the queue; ``max_running`` (NULL: no limit) caps its running jobs;
+    ``rate_limit`` starts per ``rate_period_us`` microseconds (both NULL: no rate limit), counted
+    in ``window_starts`` for the window starting at ``window_start_us`` (microseconds since the
+    Unix epoch, a multiple of the period)."""
+    return Table(
+        QUEUES_TABLE_NAME,
+        metadata,
+        Column("name", String(64), primary_key=True),
+        Column("paused", Boolean(create_constraint=False), nullable=False),
+        Column("max_running", Integer(), nullable=True),
+        Column("updated_at", UtcDateTime(), nullable=False),
+        Column("rate_limit", Integer(), nullable=True),
+        Column("rate_period_us", BigInteger(), nullable=True),
+        Column("window_start_us", BigInteger(), nullable=True),
+        Column("window_starts", Integer(), nullable=False),
+        CheckConstraint(MAX_RUNNING_CHECK, name="ck_tether_queues_max_running"),
+        CheckConstraint(RATE_CHECK, name="ck_tether_queues_rate"),
+    )
+
+
+def build_tables(metadata: MetaData) -> tuple[Table, Table, Table, Table]:
+    """Define every Tether table in ``metadata``: ``(tether_jobs, tether_workers, tether_schedules,
+    tether_queues)``."""
+    return (
+        build_jobs_table(metadata),
+        build_workers_table(metadata),
+        build_schedules_table(metadata),
+        build_queues_table(metadata),
+    )
 
 
 def status_is(column: Any, *statuses: JobStatus) -> ColumnElement[bool]:
@@ -247,6 +284,10 @@ __all__ = [
     "KEYED_PREDICATE",
     "LEASABLE_INDEX",
     "LEASABLE_QUEUE_INDEX",
+    "MAX_RUNNING_CHECK",
+    "QUEUES_TABLE_NAME",
+    "RATE_CHECK",
+    "RESTRICTED_PREDICATE",
     "RUNNING_INDEX",
     "SCHEDULES_TABLE_NAME",
     "STATUS_CHECK",
@@ -254,6 +295,7 @@ __all__ = [
     "WORKERS_TABLE_NAME",
     "UtcDateTime",
     "build_jobs_table",
+    "build_queues_table",
     "build_schedules_table",
     "build_tables",
     "build_workers_table",

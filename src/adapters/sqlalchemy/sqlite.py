@@ -257,7 +257,19 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         params = self._lease_params(queues, worker_id, now, lease_timeout, limit)
         if skip:
             params["p_skip"] = list(skip)
-        return list(conn.execute(stmt, params))
+        rows = list(conn.execute(stmt, params))
+        # The limited queues, in this same write transaction (SQLite has one writer at a time).
+        for name in self._limited_queues(queues, conn) if len(rows) < limit else ():
+            rows += self._lease_limited(
+                conn, name, worker_id=worker_id, now=now, expires=params["p_expires"], limit=limit - len(rows),
+                skip=skip,
+            )
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def _lease_token_expression(self) -> Any:
+        return func.tether_lease_token()
 
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT", "SqliteJobRepository", "create_sqlite_engine", "is_memory_url"]

@@ -15,8 +15,8 @@ The package, one module per command group:
 - ``output``: the stdout console, JSON and times, ``job_to_dict``;
 - ``values``: parsers of option values and the labels of their errors;
 - ``enqueue``, ``jobs`` (list, show, why; cancel from ``cancel``), ``maintenance`` (retry, purge,
-  reap), ``db`` (init, upgrade, version), ``workers`` (list), ``schedules`` (list), ``worker``,
-  ``dashboard``, ``demo``: the commands.
+  reap), ``db`` (init, upgrade, version), ``workers`` (list), ``schedules`` (list), ``queues``
+  (list, pause, resume, limit), ``worker``, ``dashboard``, ``demo``: the commands.
 
 Adding a command group: write ``cli/<group>.py`` holding its commands (take the store options
 from ``options``, print through ``output``, raise a :class:`~tether.domain.errors.TetherError`
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import typer
-from tether.entrypoints.cli import dashboard, db, demo, enqueue, jobs, maintenance, schedules, worker, workers
+from tether.entrypoints.cli import dashboard, db, demo, enqueue, jobs, maintenance, queues, schedules, worker, workers
 from tether.entrypoints.cli.enqueue import parse_payload, parse_run_at
 from tether.entrypoints.cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, OneLineErrors
 from tether.entrypoints.cli.output import PIPE_WIDTH, job_to_dict
@@ -80,6 +80,7 @@ COMMAND_GROUPS = (
     db,
     workers,
     schedules,
+    queues,
     worker,
     dashboard,
     demo,

@@ -51,6 +51,8 @@ class Dashboard:
     Attributes:
         queue_control: ``(pause, resume)`` callables taking a queue name, when the app can pause
             queues (``app.pause_queue`` / ``app.resume_queue``); None: the queue actions answer 501.
+        queue_states: reads the stored queue controls (the store's ``queue_states``: a list of
+            :class:`~tether.domain.queues.QueueState`), shown on the queues page; None: not shown.
         metrics: the registry of the store-wide queue gauges ``/metrics`` serves; None when
             prometheus-client is not installed (``/metrics`` answers 404 saying so).
     """
@@ -61,6 +63,7 @@ class Dashboard:
     templates: Jinja2Templates
     read_only: bool
     queue_control: tuple[Callable[[str], Any], Callable[[str], Any]] | None = None
+    queue_states: Callable[[], list[Any]] | None = None
     metrics: CollectorRegistry | None = None
 
     @staticmethod
@@ -96,7 +99,11 @@ def dashboard_of(request: Request) -> Dashboard:
 def seams_of(app: Tether) -> dict[str, Any]:
     """The optional features ``app`` offers, as :class:`Dashboard` takes them."""
     pause, resume = getattr(app, "pause_queue", None), getattr(app, "resume_queue", None)
-    return {"queue_control": (pause, resume) if callable(pause) and callable(resume) else None}
+    states = getattr(app.repository, "queue_states", None)
+    return {
+        "queue_control": (pause, resume) if callable(pause) and callable(resume) else None,
+        "queue_states": states if callable(states) else None,
+    }
 
 
 __all__ = ["Dashboard", "dashboard_of", "make_templates", "seams_of", "short_time"]

@@ -88,7 +88,11 @@ def _pretty(payload_json: str) -> str:
 async def queues(request: Request) -> Response:
     dash = dashboard_of(request)
     snapshot = await dash.feed.current()
-    return dash.render(request, "queues.html", "queues", snapshot=snapshot, pausing=dash.queue_control is not None)
+    states = {} if dash.queue_states is None else {s.name: s for s in await run_in_threadpool(dash.queue_states)}
+    listed = {q.queue for q in snapshot.queues}
+    idle = [state for name, state in sorted(states.items()) if name not in listed]  # controls, no live job
+    return dash.render(request, "queues.html", "queues", snapshot=snapshot, pausing=dash.queue_control is not None,
+                       controls=states, controls_known=dash.queue_states is not None, idle_controlled=idle)
 
 
 async def workers(request: Request) -> Response:

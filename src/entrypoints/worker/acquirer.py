@@ -4,7 +4,8 @@ The ``tether-acquire`` thread asks the dispatcher for as many jobs as the runner
 plus the prefetch room (``acquire(limit=free, ...)``), holds them (:class:`HeldJobs`) and
 submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
 
-- **Room** (:meth:`Acquirer.free`): free slots plus the prefetch room, less what lease queries
+- **Room** (:meth:`Acquirer.free`): free slots plus the prefetch room (none while a queue the
+  pool serves has a running limit: :mod:`.queue_limits`), less what lease queries
   on the wire reserved.  The prefetch room is at most ``prefetch`` and at most what the slots would
   start within :data:`PREFETCH_HORIZON` seconds at the runner's recent mean handler time (none
   before the first handler returned), so slow jobs are not leased ahead.  A slot is free once its
@@ -47,6 +48,7 @@ from tether.domain.job import Job
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.worker.completions import CompletionBatcher, Refill
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.queue_limits import QueueLimits
 from tether.entrypoints.worker.runner import Runner
 from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
@@ -89,6 +91,7 @@ class Acquirer:
         ratelog: the pool's rate-limited log.
         release_unstarted: hands back a job leased while shutdown began; never raises.
         spawn: builds the thread (``spawn(name, loop, stopped=...)``; the pool's supervisor).
+        queue_limits: the pool's view of its queues' controls: no prefetch while one is limited.
     """
 
     def __init__(
@@ -108,7 +111,9 @@ class Acquirer:
         ratelog: RateLimitedLog,
         release_unstarted: Callable[[Job], None],
         spawn: Callable[..., SupervisedThread] = SupervisedThread,
+        queue_limits: QueueLimits | None = None,
     ) -> None:
+        self._queue_limits = queue_limits
         self._held = held
         self._lock = held.lock
         self._runner = runner
@@ -188,6 +193,9 @@ class Acquirer:
         stopping = self._held.stopping
         backoff = 0.0
         while not stopping.is_set():
+            if self._queue_limits is not None:  # outside the pool's lock
+                self._queue_limits.refresh()  # at most once a second
+                self._queue_limits.announce_freed()  # freed slots of limited queues not yet announced
             with self._lock:
                 # While a completion flush is pending or on the wire it leases for the free
                 # slots itself (``complete_and_lease``): one round trip for both.
@@ -262,8 +270,8 @@ class Acquirer:
     def _prefetch_room(self) -> int:
         """Jobs to lease ahead of the free slots now (under the pool's lock)."""
         seconds = self._runner.handler_seconds
-        if not self._prefetch or seconds is None:
-            return 0
+        if not self._prefetch or seconds is None or (self._queue_limits is not None and self._queue_limits.limited):
+            return 0  # never hold a limited queue's slots for jobs no thread can start yet
         if seconds <= 0:
             return self._prefetch
         return min(self._prefetch, int(self._runner.slots * PREFETCH_HORIZON / seconds))

@@ -41,6 +41,7 @@ from tether.entrypoints.job_logs import enter_job, leave_job
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
 from tether.entrypoints.worker.observers import Observers
+from tether.entrypoints.worker.queue_limits import QueueLimits
 from tether.entrypoints.worker.stats import OUTCOME_COUNTERS, Counts
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -95,6 +96,8 @@ class Outcomes:
         worker_id: for logs.
         ratelog: the pool's rate-limited log.
         observer: told of each recorded outcome (see :mod:`.observers`), or None.
+        queue_limits: told when a job leaves ``running`` (a freed slot of a limited queue wakes
+            waiting workers, :meth:`QueueLimits.slot_freed`); None: nobody.
     """
 
     def __init__(
@@ -108,8 +111,10 @@ class Outcomes:
         worker_id: str,
         ratelog: RateLimitedLog,
         observer: Observers | None = None,
+        queue_limits: QueueLimits | None = None,
     ) -> None:
         self._observer = observer
+        self._queue_limits = queue_limits
         self._held = held
         self._counts = counts
         self._completions = completions
@@ -132,6 +137,8 @@ class Outcomes:
                 self._observer.job_finished(entry.job, result.outcome, time.monotonic() - entry.started)
         if result.outcome in (Outcome.RETRYING, Outcome.SNOOZED, Outcome.NO_HANDLER):
             announce(self._dispatcher, result.job, self._ratelog)
+        if self._queue_limits is not None and not entry.deferred:
+            self._queue_limits.slot_freed(entry.job)
         if result.outcome is Outcome.NO_HANDLER:
             self._ratelog(f"no-handler:{entry.job.job_type}", logging.WARNING,
                           "worker %s: no handler for job type %r here; its jobs are handed back for a worker that has it",
@@ -179,6 +186,8 @@ class Outcomes:
             entry.ctx.job = result
             cancelled = result.status is JobStatus.CANCELLED
             self._counts.count("cancelled" if cancelled else "completed")
+            if self._queue_limits is not None:
+                self._queue_limits.slot_freed(result)
             if self._observer is not None:
                 self._observer.job_finished(entry.job, Outcome.CANCELLED if cancelled else Outcome.COMPLETED,
                                             time.monotonic() - entry.started)

@@ -36,6 +36,7 @@ from tether.entrypoints.worker.held import HeldJobs
 from tether.entrypoints.worker.observers import JobObserver, combine
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.presence import Presence
+from tether.entrypoints.worker.queue_limits import QueueLimits
 from tether.entrypoints.worker.routing import RunnerByKind
 from tether.entrypoints.worker.runner import Runner, ThreadRunner
 from tether.entrypoints.worker.shutdown import Shutdown
@@ -169,9 +170,12 @@ class WorkerPool:
         self._supervisor = supervisor = Supervisor(self.worker_id, give_up=self._give_up)
         spawn = supervisor.thread
         self._completions = completions = CompletionBatcher(repository, clock, name="tether-complete", spawn=spawn)
+        self._queue_limits = queue_limits = QueueLimits(
+            repository=repository, dispatcher=dispatcher, clock=clock, queues=self.queues, ratelog=ratelog
+        )
         outcomes = Outcomes(
             held=held, counts=counts, completions=completions, dispatcher=dispatcher, clock=clock,
-            worker_id=self.worker_id, ratelog=ratelog, observer=observer,
+            worker_id=self.worker_id, ratelog=ratelog, observer=observer, queue_limits=queue_limits,
         )
         self._timeouts = timeouts = Timeouts(
             held=held, counts=counts, outcomes=outcomes, handlers=handlers, repository=repository, clock=clock,
@@ -200,7 +204,7 @@ class WorkerPool:
             held=held, runner=pool_runner, completions=completions, repository=repository, dispatcher=dispatcher,
             clock=clock, queues=self.queues, worker_id=self.worker_id, lease_timeout=self.lease_timeout,
             max_wait=self.max_wait, prefetch=self.prefetch, ratelog=ratelog,
-            release_unstarted=shutdown.release_unstarted, spawn=spawn,
+            release_unstarted=shutdown.release_unstarted, spawn=spawn, queue_limits=queue_limits,
         )
         # The acquirer waits for room: it is told whenever a job leaves a slot or the book, and,
         # with a dispatcher that leases from the repository, each completion flush leases for it.
@@ -387,13 +391,22 @@ class WorkerPool:
             queues: Sequence[str | None] = self.queues if self.queues is not None else [None]
             job_types = list(self.handlers)  # read now: later registrations count
             queued = 0
+            paused = self._queue_limits.paused_names()  # jobs waiting there are not runnable
             for name in queues:
+                if paused and name is None:
+                    per_queue = getattr(self.repository, "count_by_queue", None)
+                    if per_queue is not None:
+                        for queue, counts in per_queue(job_types=job_types).items():
+                            if counts[JobStatus.RUNNING] or (queue not in paused and counts[JobStatus.RETRYING]):
+                                return False
+                            queued += 0 if queue in paused else counts[JobStatus.QUEUED]
+                        continue
                 counts = self.repository.count_by_status(queue=name, job_types=job_types)
-                if counts[JobStatus.RETRYING] or counts[JobStatus.RUNNING]:
+                if counts[JobStatus.RUNNING] or (name not in paused and counts[JobStatus.RETRYING]):
                     return False
-                queued += counts[JobStatus.QUEUED]
+                queued += 0 if name in paused else counts[JobStatus.QUEUED]
             # a periodic tick's job enqueued ahead, not due yet, is no work to wait for
-            if queued and queued > self._ticker.waiting_ticks(queues=self.queues, job_types=job_types):
+            if queued and queued > self._ticker.waiting_ticks(queues=self.queues, job_types=job_types, paused=paused):
                 return False
         except BaseException as exc:
             if not survivable(exc):

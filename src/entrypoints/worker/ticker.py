@@ -188,9 +188,12 @@ class Ticker:
                 logger.debug("schedule tick: job %s (%s) due at %s", job.id, job.job_type, job.scheduled_at.isoformat())
         return created
 
-    def waiting_ticks(self, *, queues: list[str] | None, job_types: list[str]) -> int:
+    def waiting_ticks(
+        self, *, queues: list[str] | None, job_types: list[str], paused: frozenset[str] | set[str] = frozenset()
+    ) -> int:
         """How many queued tick jobs not due yet are the last jobs of stored schedules, of these
-        queues (None: any) and job types: work that an idle check must not wait for."""
+        queues (None: any) but not of the ``paused`` ones, and of these job types: work that an
+        idle check must not wait for."""
         if self._store is None:
             return 0
         now = self._clock.now()
@@ -204,7 +207,7 @@ class Ticker:
                 continue
             if (
                 job.status is JobStatus.QUEUED and job.scheduled_at > now and is_tick_key(job.idempotency_key)
-                and (queues is None or job.queue in queues) and job.job_type in job_types
+                and (queues is None or job.queue in queues) and job.queue not in paused and job.job_type in job_types
             ):
                 waiting += 1
         return waiting

@@ -33,6 +33,7 @@ from tether.testing.contract.enqueue import EnqueueContract
 from tether.testing.contract.history import HistoryContract
 from tether.testing.contract.leases import LeaseContract
 from tether.testing.contract.limits import LimitContract
+from tether.testing.contract.queue_controls import QueueControlContract
 from tether.testing.contract.reads import ReadContract
 from tether.testing.contract.retries import RetryContract
 
@@ -46,6 +47,7 @@ class RepositoryContract(
     HistoryContract,
     ReadContract,
     LimitContract,
+    QueueControlContract,
 ):
     """The whole repository contract.  No ``Test`` prefix: pytest collects only your subclass."""
 

@@ -31,6 +31,7 @@ from tether.testing.model import FINISHED, JobModel, ModelInvalid, ModelJob, Mod
 from tether.testing.statemachine.base import (
     LEASE_TIMEOUT,
     QUEUE_FILTERS,
+    QUEUES,
     TIMEOUT_ERROR,
     WORKERS,
     WRITES,
@@ -173,8 +174,25 @@ class RepositoryStateMachine(MachineBase):
         self._check(job)
 
     @rule(worker=st.sampled_from(WORKERS), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3),
-          listed_order=st.booleans())
-    def lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool = False) -> None:
+          listed_order=st.booleans(), paused=st.sampled_from((None, *QUEUES)))
+    def lease(
+        self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool = False,
+        paused: str | None = None,
+    ) -> None:
+        """A lease, in the model's order (``listed_order``: queue by queue as listed); with
+        ``paused``, that queue is paused for it (nothing of it may come back, nor be listed by
+        ``due_jobs``) and resumed afterwards."""
+        if paused is not None:
+            assert self.repository.set_queue_paused(paused, True, now=self.clock.now()).paused
+            self.model.pause(paused)
+        try:
+            self._lease(worker, queue_filter, limit, listed_order)
+        finally:
+            if paused is not None:
+                assert not self.repository.set_queue_paused(paused, False, now=self.clock.now()).paused
+                self.model.resume(paused)
+
+    def _lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool) -> None:
         now = self.clock.now()
         if not listed_order:
             expected = self.model.next_leases(now=now, queues=queue_filter, limit=limit)
