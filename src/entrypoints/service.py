@@ -19,7 +19,6 @@ applied on the way out).
 
 from __future__ import annotations
 
-import builtins
 import logging
 import threading
 import weakref
@@ -29,10 +28,9 @@ from datetime import datetime, timedelta
 from types import MappingProxyType, TracebackType
 from typing import Any, Self, TypeVar, overload
 
-from tether.domain.errors import ConfigurationError, ValidationError, shown
-from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob
+from tether.domain.errors import ConfigurationError, ValidationError
+from tether.domain.job import EnqueueResult, Job, NewJob
 from tether.domain.lease import without_token
-from tether.domain.overview import QueueSummary
 from tether.domain.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from tether.domain.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from tether.domain.schedules import Schedule
@@ -40,14 +38,14 @@ from tether.domain.validation import (
     DEFAULT_QUEUE,
     MAX_ATTEMPTS_LIMIT,
     prepare_job,
-    validate_idempotency_key,
     validate_int,
     validate_queue,
 )
 from tether.entrypoints.async_api import AsyncApi
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.handlers import FailureHook, HandlerSpec, make_spec
-from tether.entrypoints.job_control import MAX_BIGINT, JobControl, job_id_of
+from tether.entrypoints.job_control import JobControl
+from tether.entrypoints.job_reads import JobReads
 from tether.entrypoints.periodic import PeriodicSchedules, decoded_payload, tick_job
 from tether.entrypoints.queue_control import QueueControl
 from tether.entrypoints.requests import EnqueueRequest
@@ -58,7 +56,6 @@ from tether.entrypoints.worker.observers import JobObserver
 from tether.ports.async_access import AsyncAccess, ThreadedAsyncAccess
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
-from tether.ports.overview import queue_summaries_of
 from tether.ports.repository import JobRepository
 from tether.ports.schedule_store import ScheduleStore
 from tether.ports.worker_registry import WorkerRegistry
@@ -68,7 +65,7 @@ logger = logging.getLogger("tether.service")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Tether(JobControl, QueueControl, PeriodicSchedules, AsyncApi):
+class Tether(JobReads, JobControl, QueueControl, PeriodicSchedules, AsyncApi):
     """A Tether application: handlers, enqueue, periodic schedules, queue controls, administration, workers.
 
     Args:
@@ -359,56 +356,6 @@ class Tether(JobControl, QueueControl, PeriodicSchedules, AsyncApi):
         Commits when the block ends normally; rolls back (nothing stored, nothing notified) if it raises."""
         return self.repository.transaction()
 
-    # -- reading and administration ----------------------------------------------------------
-    def get(self, job_id: int) -> Job:
-        """The job with this id (its ``lease_token`` hidden: None, as in every job this API returns).
-        Raises JobNotFound, ValidationError (not a positive integer)."""
-        return without_token(self.repository.get(job_id_of(job_id)))
-
-    def list(
-        self,
-        status: JobStatus | str | None = None,
-        queue: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Job]:
-        """Jobs by ascending id, filtered by status (a JobStatus or its value) and queue.
-
-        Raises:
-            ValidationError: an unknown status, a bad queue name, limit outside 0-10,000, offset < 0.
-        """
-        jobs = self.repository.list_jobs(
-            status=_status(status),
-            queue=validate_queue(queue) if queue is not None else None,
-            limit=validate_int(limit, "limit", 0, 10_000),
-            offset=validate_int(offset, "offset", 0, MAX_BIGINT),
-        )
-        return [without_token(job) for job in jobs]
-
-    def counts(self, queue: str | None = None) -> dict[JobStatus, int]:
-        """How many jobs are in each status (every status present), in one queue or all.
-        Raises ValidationError for a bad queue name."""
-        return self.repository.count_by_status(queue=validate_queue(queue) if queue is not None else None)
-
-    def queue_summaries(self) -> builtins.list[QueueSummary]:
-        """Each queue holding live jobs, by name, now: its ``queued``/``retrying``/``running``
-        counts, how many are due, and its oldest due job (``summary.latency(now)``: seconds, None
-        when none is due).  One read of the live jobs (:func:`~tether.ports.overview.queue_summaries_of`);
-        what the dashboard's queues and ``tether.metrics.StoreCollector`` show.
-
-        Raises:
-            StorageUnavailable: the repository could not be reached.
-        """
-        return queue_summaries_of(self.repository, now=self.clock.now())
-
-    def find_by_key(self, idempotency_key: str) -> Job | None:
-        """The job holding this idempotency key, or None.  Raises ValidationError for a bad key."""
-        key = validate_idempotency_key(idempotency_key)
-        if key is None:
-            raise ValidationError("idempotency_key", "must be a string of 1-255 characters, got None")
-        job = self.repository.find_by_key(key)
-        return None if job is None else without_token(job)
-
     # -- workers -----------------------------------------------------------------------------
     def worker(
         self,
@@ -492,15 +439,6 @@ def _public_result(result: EnqueueResult) -> EnqueueResult:
     """``result`` with its job's lease token hidden (a key's existing job may be running)."""
     job = without_token(result.job)
     return result if job is result.job else EnqueueResult(job, result.created)
-
-
-def _status(value: JobStatus | str | None) -> JobStatus | None:
-    if value is None or isinstance(value, JobStatus):
-        return value
-    try:
-        return JobStatus(value)
-    except ValueError:
-        raise ValidationError("status", f"{shown(value)} is not one of {[s.value for s in JobStatus]}") from None
 
 
 __all__ = ["EnqueueRequest", "JobContext", "Tether", "WorkerPool", "WorkerStats"]
