@@ -85,6 +85,7 @@ def test_demo_on_a_small_tree_ends_as_designed_and_is_idempotent(tmp_path: Path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "40 new job(s), 0 already known" in first.stdout
     assert "every job ended as designed" in first.stdout
+    assert "[bold" not in first.stdout and "[/bold" not in first.stdout  # markup rendered, never printed raw
 
     out = tmp_path / "tether-demo"
     summary = json.loads((out / "summary.json").read_text())

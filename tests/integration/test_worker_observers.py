@@ -243,3 +243,30 @@ def test_the_reapers_line_about_a_job_carries_its_fields(capture: Capture) -> No
     [line] = [r for r in capture.records if r.name == "tether.maintenance" and "reaped job" in r.getMessage()]
     assert {name: getattr(line, name) for name in JOB_FIELDS} == {
         "job_id": job.id, "job_type": "slow", "queue": "reports", "attempt": 1, "worker_id": None}
+
+
+def test_an_async_handler_is_reported_with_its_own_duration() -> None:
+    """The duration of an ``async def`` handler runs from its task's start on the pool's loop
+    (before, it was measured from 0.0 of the monotonic clock: about the machine's uptime)."""
+    import asyncio
+
+    app = make_app()
+    recorder = Recorder()
+
+    @app.handler("slow.async")
+    async def slow(payload: dict) -> None:
+        await asyncio.sleep(0.05)
+
+    @app.handler("fails.async", max_attempts=1)
+    async def fails(payload: dict) -> None:
+        await asyncio.sleep(0.05)
+        raise ValueError("no")
+
+    done = app.enqueue("slow.async").job.id
+    dead = app.enqueue("fails.async").job.id
+    run_until_idle(app, observers=[recorder])
+
+    seconds = {job_id: (outcome, s) for job_id, outcome, s in recorder.finished}
+    assert seconds[done][0] is Outcome.COMPLETED and seconds[dead][0] is Outcome.DEAD
+    for job_id in (done, dead):
+        assert 0.04 <= seconds[job_id][1] < 30, seconds

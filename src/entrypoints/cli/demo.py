@@ -47,7 +47,7 @@ def demo(
         out=out,
         fresh=fresh,
     )
-    ok = run_demo(options, console=stdout())
+    ok = run_demo(options, console=stdout(markup=True))
     if not ok:
         raise typer.Exit(EXIT_INTERRUPTED if _demo_was_interrupted(options.summary_path) else 1)
 

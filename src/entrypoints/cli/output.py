@@ -26,10 +26,11 @@ from tether.domain.workers import WorkerEntry
 PIPE_WIDTH = 400
 
 
-def stdout() -> Console:
+def stdout(*, markup: bool = False) -> Console:
     """A console on the current stdout (made per call, so CliRunner's capture and COLUMNS apply);
-    it reads no Rich markup, so ``[red]`` in a stored key is printed as it is."""
-    console = Console(highlight=False, soft_wrap=True, markup=False)
+    it reads no Rich markup unless ``markup`` (only for text of our own, with every interpolated
+    value escaped: the demo's report), so ``[red]`` in a stored key is printed as it is."""
+    console = Console(highlight=False, soft_wrap=True, markup=markup)
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = PIPE_WIDTH
     return console

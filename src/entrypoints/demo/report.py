@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from tether.domain.job import Job, JobStatus
 from tether.entrypoints.demo.options import QUEUE, DemoOptions
@@ -163,9 +164,10 @@ def print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
         for letter in summary["dead_letters"][:10]:
             dead.add_row(str(letter["id"]), letter["rel"], str(letter["attempts"]), letter["last_error"] or "")
         console.print(dead)
-    console.print(f"results: {summary['results_file']} ({summary['results_stored']:,} file(s))")
-    console.print(f"database: {summary['database_url']}")
-    console.print(f"worker log: {summary['log_file']}; summary: {summary['results_file'].rsplit('/', 1)[0]}/summary.json")
+    console.print(f"results: {escape(summary['results_file'])} ({summary['results_stored']:,} file(s))")
+    console.print(f"database: {escape(summary['database_url'])}")
+    console.print(f"worker log: {escape(summary['log_file'])}; summary: "
+                  f"{escape(summary['results_file'].rsplit('/', 1)[0])}/summary.json")
     if summary.get("interrupted"):
         console.print(
             "[bold yellow]interrupted[/bold yellow]: unfinished jobs stay in the database; run the demo again to finish them"
@@ -178,7 +180,7 @@ def print_summary(console: Console, summary: dict[str, Any], ok: bool) -> None:
         if summary["problem_count"]:
             console.print(f"[bold red]{summary['problem_count']:,} job(s) did not end as designed[/bold red]")
         for problem in summary["problems"][:10]:
-            console.print(f"  - {problem}")
+            console.print(f"  - {escape(str(problem))}")
         if summary["problem_count"] > 10:
             console.print(
                 f"  ... and {summary['problem_count'] - 10:,} more in {summary['results_file'].rsplit('/', 1)[0]}/summary.json"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tether.entrypoints.demo.options import DEMO_RETRY_POLICY, JOB_TYPE, MAX_ATTEMPTS, QUEUE, DemoOptions
 from tether.entrypoints.demo.report import Plans, print_summary, summarise, unfinished
@@ -81,7 +82,8 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> bool:
     results = ResultsFile(options.results_path)
     recorder = LatencyRecorder()
 
-    console.print(f"[bold]Tether demo[/bold]: {len(files):,} file(s) matching {options.pattern} under {options.root}")
+    console.print(f"[bold]Tether demo[/bold]: {len(files):,} file(s) matching {escape(str(options.pattern))} under "
+                  f"{escape(str(options.root))}")
     console.print(
         f"database: {redact_url(options.database_url)}"
         + (f"  dispatch: Redis Streams at {redact_url(options.redis_url)}" if options.redis_url else "  dispatch: polling")

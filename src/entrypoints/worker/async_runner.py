@@ -247,6 +247,7 @@ class AsyncRunner(Runner):
             future.add_done_callback(lambda _: self._ended(entry, None))
             return
         run = _Run(entry, spec)
+        entry.started = run.started  # what observers measure the handler's duration from
         run.task = self._loop.create_task(self._call(run), name=f"{spec.name} (job {entry.job.id})")
         run.task.add_done_callback(lambda task: self._task_done(run, task))
         timeout = spec.timeout if spec.timeout is not None else self._job_timeout
