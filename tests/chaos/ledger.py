@@ -17,6 +17,7 @@ it back.
 from __future__ import annotations
 
 import collections
+import json
 
 import attrs
 from sqlalchemy.engine import Engine
@@ -126,7 +127,7 @@ def read_jobs(engine: Engine, schema: str) -> dict[int, JobRecord]:
         job_id: JobRecord(
             job_id, kind, status, attempts, max_attempts, last_error,
             tuple(executions.pop(job_id, ())), tuple(outcomes.pop(job_id, ())),
-            tuple(entry["outcome"] for entry in history or ()),
+            tuple(entry["outcome"] for entry in (json.loads(history) if isinstance(history, str) else history or ())),
         )
         for job_id, kind, status, attempts, max_attempts, last_error, history in rows
     }  # fmt: skip

@@ -383,7 +383,7 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "CREATE TABLE tether_workers" in only_new and "UPDATE tether_alembic_version SET version_num='0003'" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0004'" in only_new
     assert "CREATE TABLE tether_schedules" in only_new and "UPDATE tether_alembic_version SET version_num='0005'" in only_new
-    assert "ALTER TABLE tether_jobs ADD COLUMN history JSONB" in only_new
+    assert "ALTER TABLE tether_jobs ADD COLUMN history TEXT" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0006'" in only_new
     assert "ALTER TABLE tether_jobs ADD COLUMN headers TEXT" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0007'" in only_new

@@ -25,8 +25,8 @@ Indexes (all partial, so they stay as small as the live part of the queue, case 
 Statements test a job's status with :func:`status_is`, which writes the statuses as literals so the
 planner can match the partial indexes' predicates.
 
-``history`` holds the attempt history, a JSON array (``jsonb`` on PostgreSQL, JSON text on
-SQLite; :mod:`.history_sql`), NULL until an attempt ends.
+``history`` holds the attempt history, a JSON array as text (on PostgreSQL and SQLite alike;
+:mod:`.history_sql`), NULL until an attempt ends.
 
 This is the table at the head revision of :mod:`.migrations` (the Alembic revisions create it;
 ``tests/integration/test_migrations.py`` checks that the two agree).  CHECK constraints keep the

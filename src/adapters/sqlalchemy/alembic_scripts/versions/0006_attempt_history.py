@@ -1,6 +1,6 @@
 """Attempt history: the ``history`` column.
 
-- ``history``: a JSON array of the job's ended attempts (``jsonb`` on PostgreSQL, JSON text on
+- ``history``: a JSON array of the job's ended attempts (JSON text on PostgreSQL and
   SQLite), NULL for every existing row (no attempt recorded yet) and for new jobs until their
   first attempt ends; see :mod:`tether.adapters.sqlalchemy.history_sql`.
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 revision = "0006"
 down_revision = "0005"
@@ -27,8 +26,7 @@ depends_on = None
 def upgrade() -> None:
     context = op.get_context()
     schema = context.version_table_schema  # the repository's schema (None on SQLite)
-    column_type = postgresql.JSONB() if context.dialect.name == "postgresql" else sa.Text()
-    op.add_column("tether_jobs", sa.Column("history", column_type, nullable=True), schema=schema)
+    op.add_column("tether_jobs", sa.Column("history", sa.Text(), nullable=True), schema=schema)
 
 
 def downgrade() -> None:
