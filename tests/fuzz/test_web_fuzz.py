@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import pytest
 import tether
@@ -99,7 +99,7 @@ JOB_IDS = st.one_of(
     st.sampled_from(["9223372036854775807", "9223372036854775808", "1" * 5000, "%2B1", "1.0", "%EF%BC%91", "%ED%A0%80",
                      "%ff", "%00", "..", "%2E%2E", "%2F", "1%2F2", "1;2", " 1", "%201"]),
     hostile_text().map(encoded),
-)
+).filter(lambda job_id: len(job_id) <= 60_000)  # the HTTP client's URL limit is 65,536
 
 
 @budget(60)
@@ -109,8 +109,10 @@ def test_a_job_page_is_answered_200_400_or_404_and_changes_nothing(
 ) -> None:
     app, c = dashboard
     before = state(app)
-    routed = re.fullmatch(r"[^/]+", unquote(job_id)) is not None  # else another route, or /jobs/ redirected to /jobs
-    answered(c.get(f"/jobs/{job_id}{query}", follow_redirects=False), (200, 400, 404) if routed else (307, 404))
+    answer = c.get(f"/jobs/{job_id}{query}", follow_redirects=False)
+    # The path as sent (the client resolves dot segments): else another page, or /jobs/ redirected to /jobs.
+    routed = re.fullmatch(r"/jobs/[^/]+", answer.request.url.path) is not None
+    answered(answer, (200, 400, 404) if routed else (200, 307, 404))
     assert state(app) == before
 
 
@@ -130,7 +132,7 @@ def _sendable(text: str) -> bool:
     return not any(c in text for c in "\x00\r\n;")
 
 
-#: The paths of the actions (as the router matches them, percent-decoded).
+#: The paths of the actions, as the router matches them (percent-decoded).
 ACTION_ROUTES = re.compile(r"/(jobs/[^/]+/(retry|cancel)|jobs/retry|purge|queues/[^/]+/(pause|resume))")
 #: A CSRF field that does not match the cookie: none, empty, a guess, non-ASCII, very long.
 TOKENS = st.one_of(st.none(), st.just(""), st.just("x" * 43), hostile_text(50).filter(lambda t: "\x00" not in t))
@@ -167,7 +169,7 @@ def test_an_action_without_a_valid_csrf_token_is_403_and_changes_nothing(
     before = state(app)
     c.cookies.clear()
     answer = c.post(path, content=body, headers=headers, follow_redirects=False)
-    if ACTION_ROUTES.fullmatch(unquote(path)):
+    if ACTION_ROUTES.fullmatch(answer.request.url.path):  # as sent: the client resolves dot segments
         assert answer.status_code == 403, (answer.status_code, answer.text[:500])
         assert "CSRF" in answer.text, answer.text[:500]
     else:  # no action answers this path at all
