@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 from cronsim import CronSim, CronSimError
-from tether.domain.errors import ValidationError
+from tether.domain.errors import ValidationError, shown
 from tether.domain.timeutil import UTC, from_micros, to_micros
 
 #: A tick is enqueued at most this long before its instant (and never more than one tick ahead).
@@ -45,13 +45,13 @@ def zone(name: object, field: str = "tz") -> tzinfo:
         ValidationError: naming ``field``: not a string, or no such zone.
     """
     if not isinstance(name, str) or not name:
-        raise ValidationError(field, f"must be an IANA time zone name such as 'Europe/Paris', got {name!r:.80}")
+        raise ValidationError(field, f"must be an IANA time zone name such as 'Europe/Paris', got {shown(name)}")
     if name in ("UTC", "Etc/UTC"):
         return UTC
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValidationError(field, f"{name!r:.80} is not a known time zone") from None
+        raise ValidationError(field, f"{shown(name)} is not a known time zone") from None
 
 
 def check_cron(expression: object, field: str = "cron") -> str:
@@ -62,14 +62,14 @@ def check_cron(expression: object, field: str = "cron") -> str:
     """
     if not isinstance(expression, str) or len(expression.split()) != 5:
         raise ValidationError(
-            field, f"must be a cron expression of five fields (minute hour day month weekday), got {expression!r:.80}"
+            field, f"must be a cron expression of five fields (minute hour day month weekday), got {shown(expression)}"
         )
     try:
         next(CronSim(expression, datetime(2000, 1, 1, tzinfo=UTC)))
     except CronSimError as exc:
-        raise ValidationError(field, f"{expression!r} does not parse: {exc}") from None
+        raise ValidationError(field, f"{shown(expression)} does not parse: {shown(str(exc), 200)[1:-1]}") from None
     except StopIteration:
-        raise ValidationError(field, f"{expression!r} never matches") from None
+        raise ValidationError(field, f"{shown(expression)} never matches") from None
     return " ".join(expression.split())
 
 
@@ -155,7 +155,7 @@ def cadence(*, cron: object = None, every: object = None, tz: object = "UTC") ->
     if isinstance(every, timedelta):
         every = every.total_seconds()
     if isinstance(every, bool) or not isinstance(every, (int, float)) or not (1 <= every <= 366 * 86_400):
-        raise ValidationError("every", f"must be a number of seconds from 1 to one year, got {every!r:.80}")
+        raise ValidationError("every", f"must be a number of seconds from 1 to one year, got {shown(every)}")
     return Cadence(None, round(every * 1_000_000), tz)
 
 

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 import attrs
-from tether.domain.errors import ValidationError
+from tether.domain.errors import ValidationError, shown
 from tether.domain.job import NewJob
 from tether.domain.limits import PRIORITY_MAX, PRIORITY_MIN
 from tether.domain.payload import encode_payload
@@ -35,9 +35,11 @@ def _catch_up(value: object) -> timedelta | None:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and not 0 <= value <= MAX_CATCH_UP.total_seconds():
+            raise ValidationError("catch_up", f"must be from 0 to {MAX_CATCH_UP.days} days, got {shown(value)} s")
         seconds = float(value)
     else:
-        raise ValidationError("catch_up", f"must be seconds (a number or a timedelta) or None, got {value!r:.80}")
+        raise ValidationError("catch_up", f"must be seconds (a number or a timedelta) or None, got {shown(value)}")
     if not (0 <= seconds <= MAX_CATCH_UP.total_seconds()):
         raise ValidationError("catch_up", f"must be from 0 to {MAX_CATCH_UP.days} days, got {seconds:g} s")
     return timedelta(seconds=seconds)
@@ -123,7 +125,7 @@ class PeriodicSchedules:
         priority = validate_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
         window = _catch_up(catch_up)
         if not isinstance(overlap, bool):
-            raise ValidationError("overlap", f"must be True or False, got {overlap!r:.80}")
+            raise ValidationError("overlap", f"must be True or False, got {shown(overlap)}")
         template = Schedule(name or "", job_type or "", cad, payload_json, queue, priority, window, overlap)
         if job_type is not None:
             return self._add_schedule(attrs.evolve(template, name=name or job_type))
@@ -139,7 +141,7 @@ class PeriodicSchedules:
     def _add_schedule(self, schedule: Schedule) -> Schedule:
         with self._schedules_lock:
             if schedule.name in self._schedules:
-                raise ValidationError("name", f"a schedule named {schedule.name!r} is registered already")
+                raise ValidationError("name", f"a schedule named {shown(schedule.name)} is registered already")
             self._schedules[schedule.name] = schedule
         return schedule
 

@@ -34,12 +34,18 @@ async def _checked(request: Request) -> tuple[Dashboard, Any, str]:
 
 
 async def _confirmed(
-    request: Request, question: str, fields: dict[str, Any], perform: Callable[[Dashboard, str], str], *, details: str = ""
+    request: Request,
+    checked: tuple[Dashboard, Any, str],
+    question: str,
+    fields: dict[str, Any],
+    perform: Callable[[Dashboard, str], str],
+    *,
+    details: str = "",
 ) -> Response:
-    """Check the POST; without ``confirm=yes`` answer with the confirmation page (repeating
-    ``fields``); with it, run ``perform(dashboard, user)`` in a thread and redirect to the path it
-    returns (under the dashboard's base path)."""
-    dash, form, user = await _checked(request)
+    """For a POST that passed the guards (``checked``, from :func:`_checked`): without ``confirm=yes``
+    answer with the confirmation page (repeating ``fields``); with it, run ``perform(dashboard, user)``
+    in a thread and redirect to the path it returns (under the dashboard's base path)."""
+    dash, form, user = checked
     if form.get("confirm") != "yes":
         return dash.render(
             request, "confirm.html", "", question=question, details=details, action=request.url.path, fields=fields
@@ -49,6 +55,7 @@ async def _confirmed(
 
 
 async def retry(request: Request) -> Response:
+    checked = await _checked(request)  # the guards first: a POST without a valid token is a 403, whatever its id
     job_id = positive_id(request.path_params["job_id"], "job_id")
 
     def perform(dash: Dashboard, user: str) -> str:
@@ -56,11 +63,12 @@ async def retry(request: Request) -> Response:
         audit.info("dashboard: %s retried job %d (now %s)", user, job_id, job.status.value)
         return f"/jobs/{job_id}?done=retry"
 
-    return await _confirmed(request, f"Retry job {job_id}?", {}, perform,
+    return await _confirmed(request, checked, f"Retry job {job_id}?", {}, perform,
                             details="It is queued again now, with its attempts reset to 0.")
 
 
 async def cancel(request: Request) -> Response:
+    checked = await _checked(request)  # the guards first: a POST without a valid token is a 403, whatever its id
     job_id = positive_id(request.path_params["job_id"], "job_id")
 
     def perform(dash: Dashboard, user: str) -> str:
@@ -68,12 +76,13 @@ async def cancel(request: Request) -> Response:
         audit.info("dashboard: %s cancelled job %d (now %s)", user, job_id, job.status.value)
         return f"/jobs/{job_id}?done=cancel"
 
-    return await _confirmed(request, f"Cancel job {job_id}?", {}, perform,
+    return await _confirmed(request, checked, f"Cancel job {job_id}?", {}, perform,
                             details="A waiting job is cancelled at once; a running one when its worker next reports.")
 
 
 async def bulk_retry(request: Request) -> Response:
-    _, form, _ = await _checked(request)
+    checked = await _checked(request)
+    form = checked[1]
     raw = [str(v) for v in form.getlist("job_id")]
     if not raw:
         raise BadParameter("job_id", "select at least one job")
@@ -93,7 +102,7 @@ async def bulk_retry(request: Request) -> Response:
                    user, done, skipped, ids)
         return "/jobs?status=dead&done=bulk-retry"
 
-    return await _confirmed(request, f"Retry {len(ids)} selected job(s)?", {"job_id": ids}, perform,
+    return await _confirmed(request, checked, f"Retry {len(ids)} selected job(s)?", {"job_id": ids}, perform,
                             details="Each is queued again now with its attempts reset to 0.")
 
 
@@ -106,7 +115,8 @@ async def resume_queue(request: Request) -> Response:
 
 
 async def _queue_action(request: Request, verb: str) -> Response:
-    dash, _, _ = await _checked(request)
+    checked = await _checked(request)
+    dash = checked[0]
     name = _queue_name(request.path_params["name"])
     if dash.queue_control is None:
         raise NotAvailable(f"queues cannot be paused or resumed: this version of Tether has no queue {verb}")
@@ -117,7 +127,7 @@ async def _queue_action(request: Request, verb: str) -> Response:
         audit.info("dashboard: %s %sd queue %s", user, verb, name)
         return "/queues"
 
-    return await _confirmed(request, f"{verb.capitalize()} queue {name}?", {}, perform)
+    return await _confirmed(request, checked, f"{verb.capitalize()} queue {name}?", {}, perform)
 
 
 def _queue_name(text: str) -> str:
@@ -128,7 +138,8 @@ def _queue_name(text: str) -> str:
 
 
 async def purge(request: Request) -> Response:
-    _, form, _ = await _checked(request)
+    checked = await _checked(request)
+    form = checked[1]
     older_than = purge_before(str(form.get("older_than") or ""))
 
     def perform(dash: Dashboard, user: str) -> str:
@@ -137,7 +148,7 @@ async def purge(request: Request) -> Response:
         return "/purge?done=purge"
 
     return await _confirmed(
-        request, f"Delete every finished job that finished before {older_than:%Y-%m-%d %H:%M:%S} UTC?",
+        request, checked, f"Delete every finished job that finished before {older_than:%Y-%m-%d %H:%M:%S} UTC?",
         {"older_than": form.get("older_than")}, perform,
         details="Completed, dead and cancelled jobs are deleted for good; their idempotency keys become free.",
     )

@@ -28,6 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 logger = logging.getLogger("tether.web")
 
 CSRF_COOKIE = "tether_csrf"
+#: A CSRF cookie shorter than this is no token: the guard replaces it and no form field matches it.
+MIN_TOKEN_CHARS = 32
 CSRF_FIELD = "csrf_token"
 #: No inline script or style anywhere: the pages load /static/dashboard.css and /static/live.js only.
 CONTENT_SECURITY_POLICY = (
@@ -97,7 +99,7 @@ class Guard:
         scope["tether.user"] = user if isinstance(user, str) else "authorized user"
         token = request.cookies.get(CSRF_COOKIE, "")
         fresh = None
-        if len(token) < 32:
+        if len(token) < MIN_TOKEN_CHARS:
             token = fresh = secrets.token_urlsafe(32)
         scope["tether.csrf"] = token
 
@@ -145,9 +147,17 @@ def check_state_change(request: Request, form: Mapping[str, Any], *, read_only: 
         raise Forbidden("request from another origin refused")
     given = form.get(CSRF_FIELD)
     expected = request.cookies.get(CSRF_COOKIE, "")
-    if not isinstance(given, str) or not given or not expected or not hmac.compare_digest(given, expected):
+    if len(expected) < MIN_TOKEN_CHARS:
+        expected = ""  # a short cookie is no token (the guard has sent a fresh one)
+    if not isinstance(given, str) or not given or not expected or not _same(given, expected):
         raise Forbidden("missing or invalid CSRF token: reload the page and try again")
     return str(request.scope.get("tether.user", "unknown"))
+
+
+def _same(given: str, expected: str) -> bool:
+    """Whether two tokens are equal, in constant time; any text (``hmac.compare_digest`` refuses
+    non-ASCII ``str``, which a form field or a cookie may hold)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 
 def _own_origin(headers: Headers, scheme: str) -> str:
