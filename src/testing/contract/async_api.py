@@ -68,7 +68,7 @@ def shape(answer: Any) -> Any:
     if isinstance(answer, Job):
         return (answer.id, answer.job_type, answer.queue, answer.priority, answer.status.value, answer.attempts,
                 answer.max_attempts, answer.payload, answer.idempotency_key, answer.last_error, answer.lease_token,
-                answer.cancel_requested_at is None, answer.worker_id)
+                answer.cancel_requested_at is None, answer.leased_by)
     if isinstance(answer, EnqueueResult):
         return ("result", shape(answer.job), answer.created)
     if isinstance(answer, list):
