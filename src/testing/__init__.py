@@ -15,7 +15,8 @@ registered through the ``pytest11`` entry point, so installing ``tether-jobs`` i
 
 For adapter authors: :class:`RepositoryContract`, :class:`DispatcherContract`,
 :class:`WorkerRegistryContract`, :class:`ScheduleStoreContract` and :class:`OverviewContract` (need pytest),
-:class:`RepositoryStateMachine` and :class:`LockstepStateMachine` (need Hypothesis).
+:class:`RepositoryStateMachine`, :class:`LockstepStateMachine` and :class:`AsyncApiStateMachine`
+(need Hypothesis).
 
 Every name is loaded on first use, so ``import tether.testing`` is cheap and works without pytest
 or Hypothesis installed.
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     )
     from tether.testing.fake import fake_app
     from tether.testing.inline import DrainLimitExceeded, DrainReport, JobRun, adrain, drain
-    from tether.testing.statemachine import LockstepStateMachine, RepositoryStateMachine
+    from tether.testing.statemachine import AsyncApiStateMachine, LockstepStateMachine, RepositoryStateMachine
 
 _EXPORTS = {
     "fake_app": "tether.testing.fake",
@@ -60,10 +61,12 @@ _EXPORTS = {
     "OverviewContract": "tether.testing.contract",
     "RepositoryStateMachine": "tether.testing.statemachine",
     "LockstepStateMachine": "tether.testing.statemachine",
+    "AsyncApiStateMachine": "tether.testing.statemachine",
 }
 
 __all__ = [
     "ANY",
+    "AsyncApiStateMachine",
     "DispatcherContract",
     "DrainLimitExceeded",
     "DrainReport",

@@ -2,6 +2,8 @@
 
 :class:`RepositoryStateMachine` runs one repository against the pure model of
 :mod:`tether.testing.model` and fails on the first step where they disagree.
+:class:`AsyncApiStateMachine` drives an app's steps through the sync or the async API at random
+and compares each answer with the same sync step on a twin app.
 :class:`LockstepStateMachine` runs two repositories side by side (say memory and SQLite) and fails
 on the first difference between them.  Both use a :class:`~tether.adapters.clock.FakeClock` that
 the machine advances, so every time is exact.
@@ -39,6 +41,8 @@ side by side).
 
 from __future__ import annotations
 
+from tether.testing.statemachine.async_api_machine import AsyncApiStateMachine
+
 # The budget and the inputs the machines draw (importable from here, as before the split).
 from tether.testing.statemachine.base import DEFAULT_SETTINGS, LEASE_TIMEOUT
 from tether.testing.statemachine.base import KEYS as KEYS
@@ -60,6 +64,7 @@ from tether.testing.statemachine.repository_machine import RepositoryStateMachin
 __all__ = [
     "DEFAULT_SETTINGS",
     "LEASE_TIMEOUT",
+    "AsyncApiStateMachine",
     "LockstepStateMachine",
     "RepositoryStateMachine",
     "lockstep_machine",
