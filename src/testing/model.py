@@ -30,6 +30,10 @@ The rules, restated:
   later ones in lease order.  Clearing the limit lifts it; ``due_jobs`` ignores it.  Across
   queues, a store that leases limited queues last (SQLite, PostgreSQL: the unlimited queues'
   jobs first, then the limited queue's) is modelled with ``limited_last``.
+- a rate limit ``(starts, per)`` of a queue: windows of ``per`` seconds aligned to the Unix
+  epoch (in whole microseconds); a lease takes at most ``starts`` less the leases of the queue
+  in the current window (every lease counts, also by id); with a running limit the smaller
+  room wins.  Setting or clearing a rate starts its count afresh.
 - retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
   completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
 - schedules: a declaration stores a fingerprint (a new schedule has no mark; a different
@@ -144,6 +148,8 @@ class JobModel:
         self.schedules: dict[str, ModelSchedule] = {}
         self.paused: set[str] = set()
         self.max_running: dict[str, int] = {}
+        self.rates: dict[str, tuple[int, int]] = {}  # queue -> (starts, period in µs)
+        self.windows: dict[str, tuple[int, int]] = {}  # queue -> (window start in µs, starts in it)
 
     # -- schedules ---------------------------------------------------------------------------
     def declare(self, name: str, fingerprint: str, now: datetime, *, redefine: bool = True) -> str | None:
@@ -191,16 +197,38 @@ class JobModel:
         else:
             self.max_running[queue] = max_running
 
+    def set_rate(self, queue: str, starts: int | None, per: float | None) -> None:
+        """Set (``starts`` >= 1 per ``per`` seconds) or clear (None) the rate limit of ``queue``."""
+        self.windows.pop(queue, None)
+        if starts is None or per is None:
+            self.rates.pop(queue, None)
+        else:
+            self.rates[queue] = (starts, round(per * 1_000_000))
+
+    def limited(self, queue: str) -> bool:
+        return queue in self.max_running or queue in self.rates
+
+    def _window(self, queue: str, now: datetime) -> int:
+        period = self.rates[queue][1]
+        since = now - datetime(1970, 1, 1, tzinfo=now.tzinfo)
+        micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+        return micros // period * period
+
     def room(self, queue: str, now: datetime) -> int | None:
         """How many jobs of ``queue`` a lease may take at ``now`` (None: no limit)."""
+        rooms = []
         limit = self.max_running.get(queue)
-        if limit is None:
-            return None
-        holding = sum(
-            1 for j in self.jobs.values()
-            if j.queue == queue and j.status == RUNNING and j.lease_expires_at is not None and j.lease_expires_at > now
-        )
-        return max(limit - holding, 0)
+        if limit is not None:
+            holding = sum(
+                1 for j in self.jobs.values()
+                if j.queue == queue and j.status == RUNNING and j.lease_expires_at is not None
+                and j.lease_expires_at > now
+            )
+            rooms.append(limit - holding)
+        if queue in self.rates:
+            window, started = self.windows.get(queue, (None, 0))
+            rooms.append(self.rates[queue][0] - (started if window == self._window(queue, now) else 0))
+        return max(min(rooms), 0) if rooms else None
 
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(
@@ -233,7 +261,7 @@ class JobModel:
 
         def key(j: ModelJob) -> tuple[object, ...]:
             listed = queues.index(j.queue) if listed_order and queues is not None else 0
-            last = limits and limited_last and j.queue in self.max_running
+            last = limits and limited_last and self.limited(j.queue)
             return (last, listed, *j.order())
 
         rooms = {q: self.room(q, now) for q in {j.queue for j in due}} if limits else {}
@@ -264,6 +292,10 @@ class JobModel:
         if not job.due(now) or job.attempts >= job.max_attempts:
             raise AssertionError(f"job #{ordinal} was leased though the model says it is not leasable")
         self.tokens.add(token)
+        if job.queue in self.rates:
+            window = self._window(job.queue, now)
+            current, started = self.windows.get(job.queue, (window, 0))
+            self.windows[job.queue] = (window, started + 1 if current == window else 1)
         job.status = RUNNING
         job.attempts += 1
         job.token = token
