@@ -24,6 +24,16 @@ The rules, restated:
   the error set by a failure or the reaper (else kept).  A heartbeat keeps the request.
 - pause (an operator) of a queue: none of its jobs is leased until it is resumed; it needs no
   job; nothing else about its jobs changes (enqueue, holder writes, reap, cancel go on).
+- a running limit ``max_running`` of a queue: a lease takes at most ``max_running - n`` of its
+  jobs, ``n`` the queue's running jobs whose lease expires after now (an expired lease frees its
+  slot before the reaper writes the job); the jobs a limit cuts from a batch are the queue's
+  later ones in lease order.  Clearing the limit lifts it; ``due_jobs`` ignores it.  Across
+  queues, a store that leases limited queues last (SQLite, PostgreSQL: the unlimited queues'
+  jobs first, then the limited queue's) is modelled with ``limited_last``.
+- a rate limit ``(starts, per)`` of a queue: windows of ``per`` seconds aligned to the Unix
+  epoch (in whole microseconds); a lease takes at most ``starts`` less the leases of the queue
+  in the current window (every lease counts, also by id); with a running limit the smaller
+  room wins.  Setting or clearing a rate starts its count afresh.
 - retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
   completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
 - schedules: a declaration stores a fingerprint (a new schedule has no mark; a different
@@ -137,6 +147,9 @@ class JobModel:
         self.tokens: set[str] = set()
         self.schedules: dict[str, ModelSchedule] = {}
         self.paused: set[str] = set()
+        self.max_running: dict[str, int] = {}
+        self.rates: dict[str, tuple[int, int]] = {}  # queue -> (starts, period in µs)
+        self.windows: dict[str, tuple[int, int]] = {}  # queue -> (window start in µs, starts in it)
 
     # -- schedules ---------------------------------------------------------------------------
     def declare(self, name: str, fingerprint: str, now: datetime, *, redefine: bool = True) -> str | None:
@@ -176,6 +189,47 @@ class JobModel:
     def resume(self, queue: str) -> None:
         self.paused.discard(queue)
 
+    # -- running limits ----------------------------------------------------------------------
+    def set_limit(self, queue: str, max_running: int | None) -> None:
+        """Set (an int >= 1) or clear (None) the running limit of ``queue``."""
+        if max_running is None:
+            self.max_running.pop(queue, None)
+        else:
+            self.max_running[queue] = max_running
+
+    def set_rate(self, queue: str, starts: int | None, per: float | None) -> None:
+        """Set (``starts`` >= 1 per ``per`` seconds) or clear (None) the rate limit of ``queue``."""
+        self.windows.pop(queue, None)
+        if starts is None or per is None:
+            self.rates.pop(queue, None)
+        else:
+            self.rates[queue] = (starts, round(per * 1_000_000))
+
+    def limited(self, queue: str) -> bool:
+        return queue in self.max_running or queue in self.rates
+
+    def _window(self, queue: str, now: datetime) -> int:
+        period = self.rates[queue][1]
+        since = now - datetime(1970, 1, 1, tzinfo=now.tzinfo)
+        micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+        return micros // period * period
+
+    def room(self, queue: str, now: datetime) -> int | None:
+        """How many jobs of ``queue`` a lease may take at ``now`` (None: no limit)."""
+        rooms = []
+        limit = self.max_running.get(queue)
+        if limit is not None:
+            holding = sum(
+                1 for j in self.jobs.values()
+                if j.queue == queue and j.status == RUNNING and j.lease_expires_at is not None
+                and j.lease_expires_at > now
+            )
+            rooms.append(limit - holding)
+        if queue in self.rates:
+            window, started = self.windows.get(queue, (None, 0))
+            rooms.append(self.rates[queue][0] - (started if window == self._window(queue, now) else 0))
+        return max(min(rooms), 0) if rooms else None
+
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(
         self, *, queue: str, priority: int, max_attempts: int, scheduled_at: datetime, key: str | None, payload: object
@@ -191,22 +245,44 @@ class JobModel:
 
     # -- leases ------------------------------------------------------------------------------
     def next_leases(
-        self, *, now: datetime, queues: tuple[str, ...] | None, limit: int, listed_order: bool = False
+        self, *, now: datetime, queues: tuple[str, ...] | None, limit: int, listed_order: bool = False,
+        limits: bool = True, limited_last: bool = False,
     ) -> list[int]:
         """Ordinals a lease of up to ``limit`` jobs takes, in lease order; with ``listed_order``
         (and queues named) queue by queue in the order listed, each in lease order.  Nothing of a
-        paused queue."""
+        paused queue.  With ``limits`` (a lease; ``due_jobs`` has none) no more of a queue than
+        its running limit's room; with ``limited_last`` the jobs of queues with a running limit
+        come after every other queue's (exact with at most one such queue: a store that leases
+        several limited queues in turn may start at any of them)."""
         due = [
             j for j in self.jobs.values()
             if j.due(now) and j.queue not in self.paused and (queues is None or j.queue in queues)
         ]
-        if listed_order and queues is not None:
-            return [j.ordinal for j in sorted(due, key=lambda j: (queues.index(j.queue), *ModelJob.order(j)))[:limit]]
-        return [j.ordinal for j in sorted(due, key=ModelJob.order)[:limit]]
+
+        def key(j: ModelJob) -> tuple[object, ...]:
+            listed = queues.index(j.queue) if listed_order and queues is not None else 0
+            last = limits and limited_last and self.limited(j.queue)
+            return (last, listed, *j.order())
+
+        rooms = {q: self.room(q, now) for q in {j.queue for j in due}} if limits else {}
+        chosen: list[int] = []
+        for job in sorted(due, key=key):
+            if len(chosen) == limit:
+                break
+            room = rooms.get(job.queue)
+            if room is not None:
+                if room == 0:
+                    continue
+                rooms[job.queue] = room - 1
+            chosen.append(job.ordinal)
+        return chosen
 
     def can_lease(self, ordinal: int, now: datetime) -> bool:
         job = self.jobs.get(ordinal)
-        return job is not None and job.due(now) and job.attempts < job.max_attempts and job.queue not in self.paused
+        return (
+            job is not None and job.due(now) and job.attempts < job.max_attempts and job.queue not in self.paused
+            and self.room(job.queue, now) != 0
+        )
 
     def record_lease(self, ordinal: int, *, token: str, worker: str, now: datetime, lease_timeout: float) -> ModelJob:
         """Apply a lease the repository granted; the token must be new."""
@@ -216,6 +292,10 @@ class JobModel:
         if not job.due(now) or job.attempts >= job.max_attempts:
             raise AssertionError(f"job #{ordinal} was leased though the model says it is not leasable")
         self.tokens.add(token)
+        if job.queue in self.rates:
+            window = self._window(job.queue, now)
+            current, started = self.windows.get(job.queue, (window, 0))
+            self.windows[job.queue] = (window, started + 1 if current == window else 1)
         job.status = RUNNING
         job.attempts += 1
         job.token = token

@@ -34,6 +34,7 @@ def postgres_repository() -> Iterator[PostgresJobRepository]:
 
 
 class PostgresMachine(RepositoryStateMachine):
+    limited_queues_last = True  # the limited queues' leases follow the plain lease
     #: 20 histories of up to 40 steps: each step is a few round trips to the server.
     hypothesis_settings = settings(DEFAULT_SETTINGS, max_examples=20)
 

@@ -90,6 +90,20 @@ class ReaperForgetsHistoryRepository(InMemoryJobRepository):
             return reaped
 
 
+class RunningLimitBlindRepository(InMemoryJobRepository):
+    """Planted bug: leases ignore a queue's running limit (pause still holds)."""
+
+    def _room(self, queue: str, now: datetime) -> int | None:
+        state = self._queue_states.get(queue)
+        if state is None or state.max_running is None:
+            return super()._room(queue, now)
+        self._queue_states[queue] = attrs.evolve(state, max_running=None)
+        try:
+            return super()._room(queue, now)
+        finally:
+            self._queue_states[queue] = state
+
+
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
@@ -99,9 +113,10 @@ class ReaperForgetsHistoryRepository(InMemoryJobRepository):
         (ReaperIgnoresExpiryRepository, ("the model expected ordinals", "(repository, model) differ")),
         (ResurrectingReaperRepository, ("(repository, model) differ",)),
         (ReaperForgetsHistoryRepository, ("'history'",)),
+        (RunningLimitBlindRepository, ("the model's lease order says", "should raise", "the model says False")),
     ],
     ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled",
-         "reaper-forgets-history"],
+         "reaper-forgets-history", "lease-ignores-running-limit"],
 )
 def test_state_machine_finds_the_planted_bug(
     repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]

@@ -49,6 +49,10 @@ max_attempts = st.integers(1, 3)
 keys = st.one_of(st.none(), st.sampled_from(KEYS))
 steps = st.sampled_from([0.5, 1, 5, 30, 59, 61, 120])
 retry_delays = st.sampled_from([0, 1, 2, 30])
+#: A lease's change of its first queue's controls: a running limit (1 to 3, so it binds often),
+#: a rate limit ``(starts, per seconds)`` (one start a minute: windows the clock steps cross), ``"clear"`` (both
+#: lifted), or none (None).
+running_limits = st.sampled_from([None, "clear", 1, 2, 3, (1, 60.0)])
 
 
 class Rollback(Exception):
