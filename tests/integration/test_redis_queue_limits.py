@@ -63,7 +63,8 @@ def test_every_job_of_a_limited_queue_runs_one_at_a_time(prefix: str, sweep_inte
         wait_for(lambda: len(ran) == 20, timeout=30, what="every job of the limited queue to run")
         assert sorted(ran) == list(range(20))
         assert state["peak"] == 1
-        assert apps[0].counts("api")[JobStatus.COMPLETED] == 20
+        # the handler records its run before its completion is written (batched): wait for the write
+        wait_for(lambda: apps[0].counts("api")[JobStatus.COMPLETED] == 20, timeout=30, what="20 completions")
     finally:
         for pool in pools:
             pool.stop()
