@@ -1,6 +1,6 @@
 """The composition root: the one place that picks concrete adapters and wires a :class:`Tether`.
 
-:class:`Container` (a dependency-injector ``DeclarativeContainer``) builds:
+:class:`Container` (dependency-injector providers, one set per container) builds:
 
 - ``clock`` -- the time source of every stored time and comparison: on PostgreSQL a
   :class:`~tether.adapters.sqlalchemy.clock.DatabaseClock` (the server's clock, read locally
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dependency_injector import containers, providers
+from dependency_injector import providers
 from tether.adapters.clock import SystemClock
 from tether.adapters.memory import InMemoryJobRepository
 from tether.domain.errors import ConfigurationError, ValidationError
@@ -183,45 +183,47 @@ def make_tether(repository: JobRepository, dispatcher: Dispatcher, clock: Clock,
     return Tether(repository, dispatcher, clock, **options)
 
 
-class Container(containers.DeclarativeContainer):
+class Container:
     """Providers of the clock, repository, dispatcher and app for one Tether process.
 
     Configuration keys (``container.config.from_dict(...)``): ``database_url``, ``redis_url``,
     ``schema``, ``pool_size``, ``create``, ``poll_interval``, ``listen`` (PostgreSQL LISTEN/NOTIFY), ``redis`` (dict of extra
     RedisStreamsDispatcher options) and ``app`` (dict of extra Tether options such as
     ``max_payload_bytes``, ``default_queue``, ``default_max_attempts``).
+
+    Each instance builds its own dependency-injector providers, so its singletons are its own (one
+    repository, one connection pool per container).  A plain class rather than a
+    ``DeclarativeContainer``: importing ``dependency_injector.containers`` imports its wiring
+    module, which imports FastAPI, Flask and Starlette whenever they are installed (about 0.2 s
+    of every process start, the CLI's included), and nothing here is wired.
     """
 
-    config = providers.Configuration()
-
-    retry_policy = providers.Singleton(RetryPolicy)
-
-    repository = providers.Selector(
-        providers.Callable(repository_kind, config.database_url),
-        memory=providers.Singleton(InMemoryJobRepository),
-        sql=providers.Singleton(
-            open_sql_repository,
-            config.database_url,
-            schema=config.schema,
-            pool_size=config.pool_size,
-            create=config.create,
-        ),
-    )
-
-    clock = providers.Selector(
-        providers.Callable(clock_kind, config.database_url),
-        system=providers.Singleton(SystemClock),
-        database=providers.Singleton(database_clock, repository),
-    )
-
-    dispatcher = providers.Selector(
-        providers.Callable(dispatcher_kind, config.redis_url, config.listen),
-        polling=providers.Singleton(polling_dispatcher, repository, clock, poll_interval=config.poll_interval),
-        listen=providers.Singleton(listening_dispatcher, repository, clock, poll_interval=config.poll_interval),
-        redis=providers.Singleton(redis_dispatcher, repository, clock, config.redis_url, config.redis),
-    )
-
-    app = providers.Singleton(make_tether, repository, dispatcher, clock, retry_policy=retry_policy)
+    def __init__(self) -> None:
+        config = self.config = providers.Configuration()
+        self.retry_policy = providers.Singleton(RetryPolicy)
+        repository = self.repository = providers.Selector(
+            providers.Callable(repository_kind, config.database_url),
+            memory=providers.Singleton(InMemoryJobRepository),
+            sql=providers.Singleton(
+                open_sql_repository,
+                config.database_url,
+                schema=config.schema,
+                pool_size=config.pool_size,
+                create=config.create,
+            ),
+        )
+        clock = self.clock = providers.Selector(
+            providers.Callable(clock_kind, config.database_url),
+            system=providers.Singleton(SystemClock),
+            database=providers.Singleton(database_clock, repository),
+        )
+        dispatcher = self.dispatcher = providers.Selector(
+            providers.Callable(dispatcher_kind, config.redis_url, config.listen),
+            polling=providers.Singleton(polling_dispatcher, repository, clock, poll_interval=config.poll_interval),
+            listen=providers.Singleton(listening_dispatcher, repository, clock, poll_interval=config.poll_interval),
+            redis=providers.Singleton(redis_dispatcher, repository, clock, config.redis_url, config.redis),
+        )
+        self.app = providers.Singleton(make_tether, repository, dispatcher, clock, retry_policy=self.retry_policy)
 
 
 _APP_OPTIONS = ("max_payload_bytes", "default_queue", "default_max_attempts")
