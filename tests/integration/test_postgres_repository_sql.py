@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -636,3 +636,36 @@ def test_the_reaper_skips_a_lease_being_renewed_or_completed_and_does_not_wait(
         assert repo.reap(now=now) == []
     finally:
         holder.dispose()
+
+
+def test_the_repositorys_sessions_run_in_utc_and_rows_come_back_in_utc(repo: PostgresJobRepository, clock: FakeClock) -> None:
+    """Whatever the server's default time zone, Tether's own connections set theirs to UTC, so the
+    driver hands ``timestamptz`` values back in ``datetime.timezone.utc`` (no conversion per
+    column on the hot path); instants are unchanged."""
+    with repo.engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW TIME ZONE").scalar() == "UTC"
+        stored = conn.exec_driver_sql("SELECT TIMESTAMPTZ '2026-03-29 01:30:00+00'").scalar()
+    assert stored.tzinfo is UTC and stored.hour == 1
+    job = repo.enqueue(_job(clock), now=clock.now()).job
+    (leased,) = repo.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=30)
+    assert leased.id == job.id and leased.leased_at == clock.now() and leased.leased_at.tzinfo is UTC
+
+
+def test_a_completed_row_keeps_its_attempt_in_the_lease_columns_and_reads_it_as_history(
+    repo: PostgresJobRepository, clock: FakeClock
+) -> None:
+    """The batch completion appends no JSON: the attempt's worker and start stay in leased_by and
+    leased_at (token and expiry cleared), and every read folds them into the history."""
+    job = repo.enqueue(_job(clock), now=clock.now()).job
+    (leased,) = repo.lease(queues=None, worker_id="w-7", now=clock.advance(1), lease_timeout=30)
+    started = clock.now()
+    (done,), _ = repo.complete_and_lease([(job.id, leased.lease_token)], now=clock.advance(2), queues=None,
+                                         worker_id="w-7", lease_timeout=30, limit=4)
+    with repo.engine.connect() as conn:
+        raw = conn.execute(select(repo.table).where(repo.table.c.id == job.id)).one()
+    assert (raw.leased_by, raw.lease_token, raw.lease_expires_at, raw.history) == ("w-7", None, None, None)
+    for read in (done, repo.get(job.id)):
+        assert isinstance(read, Job) and read.leased_by is None and read.leased_at is None
+        assert [(a.number, a.worker_id, a.started_at, a.ended_at, a.outcome.value) for a in read.history] == [
+            (1, "w-7", started, clock.now(), "completed")
+        ]

@@ -10,7 +10,8 @@ retrying vs dead in SQL (``attempts < max_attempts`` and a ``retry_at`` given), 
 at the moment of the write.  Every outcome (not the heartbeat) records ``cancelled`` instead when
 the row carries a cancellation request (``CASE WHEN cancel_requested_at IS NOT NULL``, in the same
 statement: :func:`~tether.domain.transitions.cancelled_outcome`), and appends the attempt it ends
-to ``history`` (:func:`.history_sql.append_sql`, same statement).  When the connection dies and
+to ``history`` (:func:`.history_sql.append_sql`, same statement), except a completion, whose
+attempt stays in ``leased_by``/``leased_at`` (:mod:`.history_sql`).  When the connection dies and
 the commit's outcome is unknown, the row is read back: still running under the token means the
 write did not land (it is sent again); the intended state (or ``cancelled`` at this write's
 ``now``) means it did; anything else means someone else moved the job (LeaseLost).
@@ -38,6 +39,9 @@ from tether.domain.validation import validate_seconds
 
 #: The SET values that clear a job's lease (every write that takes a job out of ``running``).
 NO_LEASE: dict[str, Any] = {"lease_token": None, "leased_by": None, "leased_at": None, "lease_expires_at": None}
+#: What a completion clears: the lease's token and expiry.  The completed attempt's worker and start
+#: stay in ``leased_by``/``leased_at`` as the row's last history entry (:mod:`.history_sql`).
+COMPLETED_LEASE: dict[str, Any] = {"lease_token": None, "lease_expires_at": None}
 
 
 class SqlFencedWrites(SqlReads):
@@ -57,11 +61,11 @@ class SqlFencedWrites(SqlReads):
         requested = t.c.cancel_requested_at.is_not(None)  # an operator's cancel: the outcome is cancelled
         retry = and_(t.c.cancel_requested_at.is_(None), t.c.attempts < t.c.max_attempts)
         cancelled = JobStatus.CANCELLED.value
-        if kind == "complete":
+        if kind == "complete":  # the attempt stays in the lease columns: no history written (see .history_sql)
             values = {
                 "status": case((requested, cancelled), else_=JobStatus.COMPLETED.value),
                 "finished_at": now,
-                **self._no_lease,
+                **COMPLETED_LEASE,
             }
         elif kind == "retry":  # retrying at p_retry_at while attempts are left, else dead (decided on the row)
             values = {
@@ -97,7 +101,7 @@ class SqlFencedWrites(SqlReads):
             }
         else:  # pragma: no cover - programming error
             raise ValueError(kind)
-        if kind != "heartbeat":  # every outcome appends the attempt it ends, in this statement
+        if kind not in ("heartbeat", "complete"):  # every other outcome appends the attempt it ends, in this statement
             values["history"] = text(self._history_append(kind))
         stmt = (
             update(t)
@@ -116,7 +120,6 @@ class SqlFencedWrites(SqlReads):
         """SQL of the ``history`` a fenced outcome write of ``kind`` sets (``text()`` parameters
         of :meth:`_history_params`)."""
         outcome = {
-            "complete": or_cancelled("'completed'"),
             "retry": or_cancelled(
                 "CASE WHEN attempts < max_attempts THEN CAST(:p_if_retrying AS text) ELSE CAST(:p_if_dead AS text) END"
             ),
@@ -184,7 +187,7 @@ class SqlFencedWrites(SqlReads):
         """Fenced: ``completed`` at ``now``.  Raises LeaseLost, StorageUnavailable."""
         now = ensure_utc(now, "now")
         return self._fenced(
-            "complete", job_id, token, {"p_now": now, **self._history_params(now)}, "complete a job",
+            "complete", job_id, token, {"p_now": now}, "complete a job",
             lambda r: r.status == JobStatus.COMPLETED.value and r.finished_at == now,
         )
 
@@ -194,10 +197,9 @@ class SqlFencedWrites(SqlReads):
         """Fenced completion of each (id, token) in ``items`` in this transaction; the rows written,
         by the (id, token) whose compare-and-set wrote them."""
         stmt = self._fenced_statement("complete")
-        history = self._history_params(now)
         written: dict[tuple[int, str], Row[Any]] = {}
         for job_id, token in items:
-            row = conn.execute(stmt, {"p_id": job_id, "p_token": token, "p_now": now, **history}).first()
+            row = conn.execute(stmt, {"p_id": job_id, "p_token": token, "p_now": now}).first()
             if row is not None:
                 written[(job_id, token)] = row
         return written
@@ -325,4 +327,4 @@ def cancelled_by_write(row: Row[Any], now: datetime | None) -> bool:
     return now is not None and row.status == JobStatus.CANCELLED.value and row.finished_at == now
 
 
-__all__ = ["NO_LEASE", "SqlFencedWrites", "cancelled_by_write"]
+__all__ = ["COMPLETED_LEASE", "NO_LEASE", "SqlFencedWrites", "cancelled_by_write"]

@@ -1,4 +1,4 @@
-"""Attempt history in SQL: the ``history`` column's type, its JSON form, and the append every outcome statement makes.
+"""Attempt history in SQL: the ``history`` column's type, its JSON form, the append every outcome statement makes, and the completed attempt kept in the lease columns.
 
 ``history`` is a JSON array on the job row, NULL until the first attempt ends, held as JSON text
 on PostgreSQL and SQLite alike.  Each entry is one object::
@@ -11,13 +11,24 @@ ISO 8601 text with the writing session's UTC offset (``"2026-01-01T00:00:00.25+0
 instant is exact whatever the session's ``TimeZone``); on SQLite integer microseconds since the
 epoch, as its time columns.
 
-The entry is appended by the very statement that ends the attempt (:func:`append_sql`: a fenced
-outcome write, a batch completion, the reaper), computed in SQL from the row as it was before the
-update (``attempts``, ``leased_by``, ``leased_at``, the cancellation request), so it costs no
-extra round trip.  On PostgreSQL a row's first ended attempt (the common case: a job completed
-at its first attempt) is a one-entry array written as text, its values through ``to_json``: no
-``jsonb`` value is built, which is what keeps the batch completion cheap (``jsonb_build_object``
-for every completed row cost about a tenth of the PostgreSQL drain); a row that has history
+**A completion appends nothing.**  The attempt a holder's completion ends (outcome ``completed``,
+or ``cancelled`` when a cancellation was requested) is the row's last: its number is
+``attempts``, its worker and start stay in ``leased_by`` and ``leased_at`` (the completion clears
+only ``lease_token`` and ``lease_expires_at``), its end is ``finished_at`` and its outcome the
+row's status.  Readers fold it back (:func:`fold_kept_attempt`): a ``completed`` or ``cancelled``
+row whose ``leased_at`` is set reads as a job without a lease whose history ends with that
+attempt, exactly the :class:`~tether.domain.job.Job` the domain's ``complete`` gives.  So the
+batch completion, the hottest write there is, builds no JSON at all (appending the entry cost
+about a tenth of the PostgreSQL drain), and a manual retry of such a cancelled row writes the
+entry into ``history`` before it clears the lease columns (:func:`kept_attempt_sql`).  Rows
+completed by earlier versions, with the entry appended and the lease columns cleared, read the
+same.
+
+Every other outcome (fail, dead-letter, release, snooze, the reaper) appends its entry in the
+very statement that ends the attempt (:func:`append_sql`), computed in SQL from the row as it was
+before the update (``attempts``, ``leased_by``, ``leased_at``, the cancellation request), so it
+costs no extra round trip.  On PostgreSQL a row's first ended attempt is a one-entry array written
+as text, its values through ``to_json`` (no ``jsonb`` value is built); a row that has history
 already takes the ``jsonb`` path, ``||`` with the oldest entry dropped (``- 0``) only when
 :data:`~tether.domain.history.HISTORY_LIMIT` entries are there.  On SQLite ``json_array``,
 ``json_insert(..., '$[#]', ...)`` and ``json_remove(..., '$[0]')``.
@@ -32,7 +43,8 @@ from typing import Any
 from sqlalchemy import Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
-from tether.domain.history import HISTORY_LIMIT, Attempt, AttemptOutcome
+from tether.domain.history import HISTORY_LIMIT, Attempt, AttemptOutcome, with_attempt
+from tether.domain.job import JobStatus
 from tether.domain.timeutil import UTC, from_micros, to_micros
 
 #: The outcome of a holder's write when the row carries a cancellation request, else ``{other}``.
@@ -121,6 +133,38 @@ def history_to_json(history: tuple[Attempt, ...], dialect: str) -> list[dict[str
     ]
 
 
+#: The statuses whose row may keep its last attempt in the lease columns, and that attempt's outcome.
+_KEPT_OUTCOMES = {JobStatus.COMPLETED: AttemptOutcome.COMPLETED, JobStatus.CANCELLED: AttemptOutcome.CANCELLED}
+
+
+def fold_kept_attempt(
+    status: JobStatus, attempts: int, leased_by: str | None, leased_at: datetime | None, finished_at: datetime | None,
+    history: tuple[Attempt, ...],
+) -> tuple[str | None, datetime | None, tuple[Attempt, ...]]:
+    """``(leased_by, leased_at, history)`` of a job as read from its row's values (aware UTC
+    datetimes): for a ``completed`` or ``cancelled`` row that kept its completed attempt in the
+    lease columns (see the module docstring), no lease and that attempt appended to ``history``
+    (bounded as every append is); any other row as it is."""
+    outcome = _KEPT_OUTCOMES.get(status) if leased_at is not None else None
+    if outcome is None or finished_at is None:
+        return leased_by, leased_at, history
+    attempt = Attempt(number=attempts, worker_id=leased_by, started_at=leased_at, ended_at=finished_at, outcome=outcome)
+    return None, None, with_attempt(history, attempt)
+
+
+def kept_attempt_sql(dialect: str, row: str = "") -> str:
+    """SQL of ``history`` with the completed attempt a ``completed`` or ``cancelled`` row keeps in
+    its lease columns written in (outcome: the row's status, ended: ``finished_at``), for a write
+    that clears those columns (a manual retry); any other row's ``history`` as it is."""
+    r = f"{row}." if row else ""
+    ended = f"{r}finished_at"
+    appended = append_sql(dialect, outcome=f"{r}status", error="NULL", ended=ended, row=row)
+    return (
+        f"CASE WHEN {r}leased_at IS NOT NULL AND {r}status IN ('completed', 'cancelled') "
+        f"THEN {appended} ELSE {r}history END"
+    )
+
+
 def or_cancelled(other: str, row: str = "") -> str:
     """SQL of an attempt's outcome: ``'cancelled'`` when the row carries a cancellation request,
     else the SQL ``other``; ``row`` is the table's alias in the statement ('' for none)."""
@@ -169,8 +213,10 @@ def append_sql(dialect: str, *, outcome: str, error: str, ended: str, row: str =
 __all__ = [
     "HistoryJson",
     "append_sql",
+    "fold_kept_attempt",
     "history_from_json",
     "history_to_json",
+    "kept_attempt_sql",
     "or_cancelled",
     "time_value",
 ]

@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, delete, select, update
+from sqlalchemy import Select, delete, select, text, update
 from sqlalchemy.engine import Connection, Row
 from tether.adapters.sqlalchemy.fenced_writes import NO_LEASE
+from tether.adapters.sqlalchemy.history_sql import kept_attempt_sql
 from tether.adapters.sqlalchemy.mapping import job_state_values, row_to_job
 from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schema import status_is
@@ -125,6 +126,7 @@ class SqlMaintenance(SqlReads):
             .where(t.c.id == job_id, status_is(t.c.status, *RETRYABLE_STATUSES))
             .values(
                 status=JobStatus.QUEUED.value, attempts=0, scheduled_at=now, finished_at=None, cancel_requested_at=None,
+                history=text(kept_attempt_sql(self.engine.dialect.name)),  # a completed attempt in the lease columns
                 **NO_LEASE,
             )
             .returning(*t.c)

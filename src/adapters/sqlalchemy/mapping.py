@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from tether.adapters.sqlalchemy.history_sql import history_from_json, history_to_json
+from tether.adapters.sqlalchemy.history_sql import fold_kept_attempt, history_from_json, history_to_json
 from tether.domain.job import Job, JobStatus, NewJob
 from tether.domain.schedules import ScheduleState
 from tether.domain.timeutil import UTC
@@ -17,28 +17,35 @@ from tether.domain.workers import WorkerEntry
 
 
 def row_to_job(row: Any) -> Job:
-    """The :class:`Job` of a ``tether_jobs`` row (a Row or mapping with every column)."""
+    """The :class:`Job` of a ``tether_jobs`` row (a Row or mapping with every column); a completed
+    attempt kept in the lease columns is folded into the history
+    (:func:`~tether.adapters.sqlalchemy.history_sql.fold_kept_attempt`)."""
     m: Mapping[str, Any] = row._mapping if hasattr(row, "_mapping") else row
+    status = JobStatus(m["status"])
+    attempts = int(m["attempts"])
+    leased_by, leased_at, history = fold_kept_attempt(
+        status, attempts, m["leased_by"], m["leased_at"], m["finished_at"], history_from_json(m["history"])
+    )
     return Job(
         id=int(m["id"]),
         job_type=m["job_type"],
         queue=m["queue"],
         payload_json=m["payload"],
         priority=int(m["priority"]),
-        status=JobStatus(m["status"]),
-        attempts=int(m["attempts"]),
+        status=status,
+        attempts=attempts,
         max_attempts=int(m["max_attempts"]),
         scheduled_at=m["scheduled_at"],
         created_at=m["created_at"],
         idempotency_key=m["idempotency_key"],
         lease_token=m["lease_token"],
-        leased_by=m["leased_by"],
-        leased_at=m["leased_at"],
+        leased_by=leased_by,
+        leased_at=leased_at,
         lease_expires_at=m["lease_expires_at"],
         last_error=m["last_error"],
         finished_at=m["finished_at"],
         cancel_requested_at=m["cancel_requested_at"],
-        history=history_from_json(m["history"]),
+        history=history,
         headers_json=m["headers"],
     )
 

@@ -82,7 +82,21 @@ def create_postgres_engine(
         connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": application_name},
     )
     _ping_idle_connections(engine)
+    _utc_sessions(engine)
     return engine
+
+
+def _utc_sessions(engine: Engine) -> None:
+    """Every new connection of ``engine`` sets its session time zone to UTC.  Stored instants do not
+    change (``timestamptz`` is absolute); psycopg then returns ``timestamptz`` values in
+    ``datetime.timezone.utc`` itself, so reading a row converts no datetime (under a server default
+    such as ``Etc/UTC`` every value came back in a ``ZoneInfo`` and was converted again: about a
+    microsecond per column of every row the drain reads)."""
+
+    @event.listens_for(engine, "connect")
+    def _connected(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        dbapi_connection.commit()
 
 
 #: Seconds a pooled connection may sit idle before its next checkout pings it first.

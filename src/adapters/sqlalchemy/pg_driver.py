@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
-from tether.adapters.sqlalchemy.history_sql import history_from_json
+from tether.adapters.sqlalchemy.history_sql import fold_kept_attempt, history_from_json
 from tether.domain.job import Job, JobStatus
 from tether.domain.timeutil import UTC
 
@@ -82,12 +82,17 @@ def job_from_tuple(row: Sequence[Any]) -> Job:
     """The :class:`Job` of the first 20 columns of a raw row, in :data:`JOB_COLUMNS` order
     (what :func:`~tether.adapters.sqlalchemy.mapping.row_to_job` gives, without SQLAlchemy's
     per-column result processing: psycopg already returns ``int``/``str``/aware datetimes)."""
+    status = _STATUSES[row[5]]
+    leased_by, leased_at, finished_at = row[12], _utc(row[13]), _utc(row[16])
+    history = history_from_json(row[18])
+    if leased_at is not None and row[11] is None:  # no token: a completed attempt kept in the lease columns
+        leased_by, leased_at, history = fold_kept_attempt(status, row[6], leased_by, leased_at, finished_at, history)
     return Job(
-        id=row[0], job_type=row[1], queue=row[2], payload_json=row[3], priority=row[4], status=_STATUSES[row[5]],
+        id=row[0], job_type=row[1], queue=row[2], payload_json=row[3], priority=row[4], status=status,
         attempts=row[6], max_attempts=row[7], scheduled_at=_utc(row[8]), created_at=_utc(row[9]),  # type: ignore[arg-type]
-        idempotency_key=row[10], lease_token=row[11], leased_by=row[12], leased_at=_utc(row[13]),
-        lease_expires_at=_utc(row[14]), last_error=row[15], finished_at=_utc(row[16]),
-        cancel_requested_at=_utc(row[17]), history=history_from_json(row[18]), headers_json=row[19],
+        idempotency_key=row[10], lease_token=row[11], leased_by=leased_by, leased_at=leased_at,
+        lease_expires_at=_utc(row[14]), last_error=row[15], finished_at=finished_at,
+        cancel_requested_at=_utc(row[17]), history=history, headers_json=row[19],
     )
 
 

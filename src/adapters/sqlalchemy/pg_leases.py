@@ -23,8 +23,9 @@
   ``UPDATE ... FROM unnest(ids, tokens)``, each still a compare-and-set with its own outcome;
   :meth:`~PgLeases.complete_and_lease` sends those completions and a lease as one statement.  A
   row carrying a cancellation request is written ``cancelled`` instead of ``completed`` by the
-  same statement (:data:`COMPLETED_OR_CANCELLED`), and each completion appends its attempt to the
-  row's ``history`` there too (:func:`.history_sql.append_sql`): no extra round trip.
+  same statement (:data:`COMPLETED_OR_CANCELLED`).  A completion writes no history: the attempt it
+  ends stays in ``leased_by``/``leased_at`` as the row's last entry (:mod:`.history_sql`), so the
+  hottest write there is builds no JSON.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from typing import Any
 import psycopg
 from sqlalchemy import Text, cast, func, literal, select, text
 from sqlalchemy.engine import Connection, Row
-from tether.adapters.sqlalchemy.history_sql import append_sql, or_cancelled
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
@@ -294,13 +294,9 @@ class PgLeases(PgConnections):
         each row comes back with the token that matched it (``fenced_token``)."""
         statement = self._statements.get("complete_many")
         if statement is None:  # built once: rebuilding a text() costs a cache-key walk per call
-            history = append_sql(
-                "postgresql", outcome=or_cancelled("'completed'", "j"), error="NULL", ended="CAST(:now AS timestamptz)",
-                row="j",
-            )
             statement = text(
-                f"UPDATE {self._qualified_table} AS j SET status = {COMPLETED_OR_CANCELLED}, finished_at = :now, lease_token = NULL, "
-                f"leased_by = NULL, leased_at = NULL, lease_expires_at = NULL, history = {history} "
+                f"UPDATE {self._qualified_table} AS j SET status = {COMPLETED_OR_CANCELLED}, finished_at = :now, "
+                "lease_token = NULL, lease_expires_at = NULL "
                 "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS v(id, token) "
                 "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token "
                 "RETURNING j.*, v.token AS fenced_token"
@@ -325,13 +321,9 @@ class PgLeases(PgConnections):
             table = self._qualified_table
             columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
             chosen, update = self._lease_parts(shape)
-            history = append_sql(
-                "postgresql", outcome=or_cancelled("'completed'", "j"), error="NULL", ended="CAST(%(p_now)s AS timestamptz)",
-                row="j",
-            )
             sql = self._statements[key] = (
                 f"WITH done AS (UPDATE {table} AS j SET status = {COMPLETED_OR_CANCELLED}, finished_at = %(p_now)s, "
-                f"lease_token = NULL, leased_by = NULL, leased_at = NULL, lease_expires_at = NULL, history = {history} "
+                "lease_token = NULL, lease_expires_at = NULL "
                 "FROM unnest(CAST(%(p_ids)s AS bigint[]), CAST(%(p_tokens)s AS text[])) AS v(id, token) "
                 "WHERE j.id = v.id AND j.status = 'running' AND j.lease_token = v.token "
                 f"RETURNING {columns}, v.token AS fenced_token), "

@@ -160,6 +160,30 @@ class HistoryContract(ContractSupport):
         assert entries[-1].number == 1
         assert repository.get(job.id).history == tuple(entries)
 
+    @pytest.mark.parametrize("write", ["complete", "complete_many", "complete_and_lease"])
+    def test_a_manual_retry_keeps_the_attempt_a_cancelled_completion_ended(
+        self, repository: JobRepository, clock: FakeClock, write: str
+    ) -> None:
+        """A job cancelled while it ran and then completed by its holder is ``cancelled`` with that
+        attempt last in its history; a manual retry keeps the entry, and the retried job holds no
+        lease (nor a trace of one)."""
+        leased, started = self._running(repository, clock)
+        repository.cancel(leased.id, now=clock.advance(1))
+        ended = clock.advance(1)
+        WRITES[write][0](repository, leased, self.token_of(leased), ended)
+        expected = (Attempt(1, "w-1", started, ended, AttemptOutcome.CANCELLED, None),)
+        retried = repository.retry_dead(leased.id, now=clock.advance(1))
+        assert retried.history == expected
+        assert (retried.leased_by, retried.leased_at, retried.lease_expires_at) == (None, None, None)
+        again = repository.get(leased.id)
+        assert again.history == expected and again.leased_by is None and again.leased_at is None
+        relet = self.lease_one(repository, clock, worker_id="w-2")
+        done = repository.complete(relet.id, self.token_of(relet), now=clock.advance(1))
+        assert [(a.number, a.worker_id, a.outcome) for a in done.history] == [
+            (1, "w-1", AttemptOutcome.CANCELLED), (1, "w-2", AttemptOutcome.COMPLETED)
+        ]
+        assert repository.get(leased.id).history == done.history
+
     def test_cancels_and_refused_writes_append_nothing(self, repository: JobRepository, clock: FakeClock) -> None:
         queued = self.add(repository, clock)
         assert repository.cancel(queued.id, now=clock.advance(1)).history == ()
