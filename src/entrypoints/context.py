@@ -57,13 +57,14 @@ class JobContext:
         self._repository = repository
         self._clock = clock
         self._lease_timeout = lease_timeout
-        self._cancelled = threading.Event()
+        self._cancelled = False  # set under _callbacks_lock, never cleared
+        self._wakeup: threading.Event | None = None  # made by the first sleep (most handlers never sleep)
         self._lease_lost = False
         self._cancel_requested = job.cancel_requested_at is not None
         self._on_cancel: list[Callable[[], None]] = []
         self._callbacks_lock = threading.Lock()
         if self._cancel_requested:
-            self._cancelled.set()
+            self._cancelled = True
 
     @property
     def token(self) -> str:
@@ -79,7 +80,7 @@ class JobContext:
     def cancelled(self) -> bool:
         """True once the handler should stop: the job was cancelled, shutdown passed the drain
         deadline, the lease was lost, or the time limit passed."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     @property
     def cancel_requested(self) -> bool:
@@ -99,7 +100,14 @@ class JobContext:
             True when the whole time passed; False when it returned early because of cancellation
             (also at once when already cancelled).
         """
-        return not self._cancelled.wait(max(float(seconds), 0.0))
+        seconds = max(float(seconds), 0.0)
+        with self._callbacks_lock:
+            if self._cancelled:
+                return False
+            wakeup = self._wakeup
+            if wakeup is None:
+                wakeup = self._wakeup = threading.Event()
+        return not wakeup.wait(seconds)
 
     async def asleep(self, seconds: float) -> bool:
         """The async form of :meth:`sleep`: wait ``seconds`` seconds without blocking the event
@@ -181,7 +189,7 @@ class JobContext:
         """Call ``callback()`` (from the cancelling thread; it must not block) when this context is
         cancelled, at once if it is already.  The async runner cancels the handler's task so."""
         with self._callbacks_lock:
-            if not self._cancelled.is_set():
+            if not self._cancelled:
                 self._on_cancel.append(callback)
                 return
         callback()
@@ -194,9 +202,11 @@ class JobContext:
 
     def _set_cancelled(self) -> None:
         with self._callbacks_lock:
-            if self._cancelled.is_set():
+            if self._cancelled:
                 return
-            self._cancelled.set()
+            self._cancelled = True
+            if self._wakeup is not None:
+                self._wakeup.set()
             callbacks, self._on_cancel = self._on_cancel, []
         for callback in callbacks:
             try:

@@ -173,12 +173,15 @@ class Outcomes:
 
     def completed(self, entry: HeldJob, result: Job | BaseException) -> None:
         """On the flusher thread: the deferred completion of ``entry`` returned ``result``; the
-        job is recorded and no longer held."""
-        scope = enter_job(entry.job, self._worker_id)
+        job is recorded and no longer held.  Log records made meanwhile are about the job
+        (:func:`~tether.entrypoints.job_logs.enter_job`); a completion that landed makes none
+        unless an observer does, so then it skips that step (it is on every job's path)."""
+        scope = None if self._observer is None and isinstance(result, Job) else enter_job(entry.job, self._worker_id)
         try:
             self._completed(entry, result)
         finally:
-            leave_job(scope)
+            if scope is not None:
+                leave_job(scope)
             self._held.finish(entry)
 
     def _completed(self, entry: HeldJob, result: Job | BaseException) -> None:
