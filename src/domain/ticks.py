@@ -16,7 +16,8 @@ Pure functions of the time passed in (aware UTC in, aware UTC out); no clock is 
     both passes of a repeated hour and nothing is run for a skipped one.
 
 :func:`plan_tick` decides which tick a worker enqueues next (the latest missed one within the
-catch-up window, else the next one when it is at most :data:`MAX_AHEAD` away).
+catch-up window, else the next one when it is at most :data:`MAX_AHEAD` away); :func:`superseded`
+tells when a tick's job still queued has become an older missed tick.
 """
 
 from __future__ import annotations
@@ -190,4 +191,17 @@ def plan_tick(
     return None
 
 
-__all__ = ["MAX_AHEAD", "Cadence", "cadence", "check_cron", "plan_tick", "zone"]
+def superseded(cad: Cadence, *, tick: datetime, now: datetime) -> bool:
+    """True when a later tick of ``cad`` than ``tick`` is due at ``now`` (both aware UTC).
+
+    A tick's job still queued then is an older missed tick: it was enqueued ahead before every
+    pool stopped, or it waited so long that its successor came due.  Only the latest missed tick
+    runs (:func:`plan_tick`), so such a job is cancelled rather than run back to back with it.
+    """
+    if tick >= now:
+        return False
+    latest = cad.latest_at_or_before(now)
+    return latest is not None and latest > tick
+
+
+__all__ = ["MAX_AHEAD", "Cadence", "cadence", "check_cron", "plan_tick", "superseded", "zone"]

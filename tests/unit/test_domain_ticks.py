@@ -125,3 +125,15 @@ def test_bad_cadences_name_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         cadence(**kwargs)
     assert caught.value.field == field
+
+
+def test_a_tick_is_superseded_once_a_later_tick_is_due() -> None:
+    from tether.domain.ticks import superseded
+
+    hourly = cadence(cron="0 * * * *")
+    one = datetime(2026, 1, 1, 1, tzinfo=UTC)
+    assert not superseded(hourly, tick=one, now=one - timedelta(seconds=30))
+    assert not superseded(hourly, tick=one, now=one + timedelta(minutes=59, seconds=59))
+    assert superseded(hourly, tick=one, now=one + timedelta(hours=1))
+    assert superseded(cadence(every=10), tick=one, now=one + timedelta(seconds=25))
+    assert not superseded(cadence(every=10), tick=one, now=one + timedelta(seconds=9))

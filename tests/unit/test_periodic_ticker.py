@@ -91,6 +91,45 @@ def test_catch_up_after_downtime_runs_the_latest_missed_tick_once(repo, clock) -
     assert len(tick_jobs(app)) == 3
 
 
+def test_a_tick_enqueued_ahead_before_a_downtime_is_cancelled_when_a_later_tick_is_due(repo, clock) -> None:
+    """The pool enqueued the 00:01 tick ahead and stopped before it ran; back at 02:30, that job is
+    an older missed tick: it is cancelled and only the latest missed tick (02:00) runs, once."""
+    app = _on(repo, clock)
+    runs: list[datetime] = []
+    app.register("beat", lambda payload, ctx: runs.append(ctx.job.scheduled_at))
+    app.periodic("beat", "beat", cron="0 * * * *")
+    t = ticker(app)
+    t.declare_once()
+    clock.set(utc(2026, 1, 1, 0, 59, 30))
+    [ahead] = t.tick_once()
+    assert ahead.scheduled_at == utc(2026, 1, 1, 1)
+    clock.set(utc(2026, 1, 1, 2, 30))  # every pool was down from 00:59:30
+    restarted = ticker(app, "w2")
+    restarted.declare_once()
+    [late] = restarted.tick_once()
+    assert late.scheduled_at == utc(2026, 1, 1, 2)
+    assert app.get(ahead.id).status is JobStatus.CANCELLED
+    run_due(app)
+    assert runs == [utc(2026, 1, 1, 2)]
+
+
+def test_a_tick_enqueued_ahead_still_runs_after_a_downtime_shorter_than_its_period(repo, clock) -> None:
+    app = _on(repo, clock)
+    runs: list[datetime] = []
+    app.register("beat", lambda payload, ctx: runs.append(ctx.job.scheduled_at))
+    app.periodic("beat", "beat", cron="0 * * * *")
+    t = ticker(app)
+    t.declare_once()
+    clock.set(utc(2026, 1, 1, 0, 59, 30))
+    [ahead] = t.tick_once()
+    clock.set(utc(2026, 1, 1, 1, 20))  # back before the 02:00 tick: 01:00 is still the latest
+    restarted = ticker(app, "w2")
+    restarted.declare_once()
+    assert restarted.tick_once() == []
+    run_due(app)
+    assert runs == [utc(2026, 1, 1, 1)] and app.get(ahead.id).status is JobStatus.COMPLETED
+
+
 def test_a_catch_up_window_skips_ticks_older_than_it(repo, clock) -> None:
     app = _on(repo, clock)
     app.register("beat", lambda payload: None)

@@ -11,7 +11,9 @@
   :func:`~tether.domain.ticks.plan_tick` which tick of each schedule is due for enqueueing (at
   most one tick, at most 60 s ahead; the latest missed one within ``catch_up``) and enqueues it
   with :meth:`~tether.ports.schedule_store.ScheduleStore.enqueue_tick`, whose compare-and-set on
-  the schedule's mark lets exactly one pool win each tick, with no leader.
+  the schedule's mark lets exactly one pool win each tick, with no leader.  A tick's job still
+  queued once a later tick is due (enqueued ahead before every pool stopped) is cancelled first:
+  only the latest missed tick runs.
 
 Every pool of the app ticks; a process that only registers schedules (``app.periodic``) and
 enqueues never does.  Store trouble is logged (rate-limited) and tried again at the next pass.
@@ -30,7 +32,7 @@ from tether.domain.errors import InvalidTransition, JobNotFound
 from tether.domain.failure import describe_failure
 from tether.domain.job import Job, JobStatus, NewJob
 from tether.domain.schedules import Schedule, ScheduleState, is_tick_key
-from tether.domain.ticks import plan_tick
+from tether.domain.ticks import plan_tick, superseded
 from tether.domain.workers import GONE_AFTER_BEATS, GONE_FLOOR_SECONDS
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
@@ -158,12 +160,17 @@ class Ticker:
             now = self._clock.now()
             schedules = list(self._schedules.values())
             marks = [self._marks.get(s.name) for s in schedules]
+            states: dict[str, ScheduleState] = {}
             if any(mark is None or mark <= now for mark in marks):  # some schedule may have a tick to enqueue
                 for state in self._store.list_schedules(now=now):
                     self._marks[state.name] = state.last_tick_at
+                    states[state.name] = state
             for schedule in schedules:
                 if schedule.name not in self._marks:
                     continue  # not declared yet (registered after the last declaration)
+                state = states.get(schedule.name)
+                if state is not None and state.last_job_status is JobStatus.QUEUED:
+                    self._cancel_superseded(schedule, state, now)
                 tick = plan_tick(schedule.cadence, last_tick=self._marks[schedule.name], now=now, catch_up=schedule.catch_up)
                 if tick is None:
                     continue
@@ -256,6 +263,23 @@ class Ticker:
             declared_at=now,
             declared_until=now + self._lapse,
         )
+
+    def _cancel_superseded(self, schedule: Schedule, state: ScheduleState, now: datetime) -> None:
+        """Cancel the schedule's last tick job if it is still queued while a later tick is due
+        (:func:`~tether.domain.ticks.superseded`): an older missed tick, which never runs beside
+        the latest one (after a downtime, the tick a pool had enqueued ahead before it stopped)."""
+        tick, job_id = state.last_tick_at, state.last_job_id
+        if tick is None or job_id is None or not superseded(schedule.cadence, tick=tick, now=now):
+            return
+        try:
+            job = self._repository.get(job_id)
+            if job.status is not JobStatus.QUEUED or not is_tick_key(job.idempotency_key):
+                return
+            self._repository.cancel(job_id, now=now)
+        except (JobNotFound, InvalidTransition):  # purged, or it started meanwhile
+            return
+        logger.info("schedule %s: cancelled the queued job %s of its %s tick, an older missed tick than one now due",
+                    schedule.name, job_id, tick.isoformat())
 
     def _cancel_future_tick(self, job_id: int, now: datetime) -> bool:
         try:
