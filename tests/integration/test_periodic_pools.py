@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import tether
-from tether.domain.job import JobStatus
+from tether.domain.job import Job, JobStatus
 from tether.domain.schedules import is_tick_key
 from tether.entrypoints.service import Tether
 
@@ -36,6 +36,21 @@ def three_apps(kind: str, tmp_path: Path) -> Iterator[list[Tether]]:
                 for _ in range(POOLS - 1)
             ]
         yield apps
+
+
+def check_one_job_per_tick(app: Tether) -> tuple[list[Job], list[Job]]:
+    """Assert that the tick jobs of ``app``'s ``every=1`` schedule are one per tick, the first
+    :data:`TICKS` of them all present, none enqueued more than one period before its instant;
+    returns ``(every tick job by tick, the first TICKS of them)``."""
+    jobs = sorted((j for j in app.list(limit=1000) if is_tick_key(j.idempotency_key)), key=lambda j: j.scheduled_at)
+    first = jobs[0].scheduled_at
+    window = [j for j in jobs if j.scheduled_at < first + timedelta(seconds=TICKS)]
+    assert [j.scheduled_at for j in window] == [first + timedelta(seconds=i) for i in range(TICKS)]
+    assert len({j.scheduled_at for j in jobs}) == len(jobs)
+    assert all(j.scheduled_at - j.created_at <= timedelta(seconds=1) for j in jobs), [
+        (j.created_at, j.scheduled_at) for j in jobs
+    ]
+    return jobs, window
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -64,16 +79,7 @@ def test_three_pools_enqueue_each_tick_of_an_every_second_schedule_once(kind: st
         finally:
             for pool in pools:
                 pool.stop(drain_timeout=5)
-        jobs = sorted((j for j in apps[0].list(limit=1000) if is_tick_key(j.idempotency_key)), key=lambda j: j.scheduled_at)
-        first = jobs[0].scheduled_at
-        window = [j for j in jobs if j.scheduled_at < first + timedelta(seconds=TICKS)]
-        # exactly one job per tick, every tick of the 12 present
-        assert [j.scheduled_at for j in window] == [first + timedelta(seconds=i) for i in range(TICKS)]
-        assert len({j.scheduled_at for j in jobs}) == len(jobs)
-        # no tick more than one period ahead: each was enqueued at most 1 s before its instant
-        assert all(j.scheduled_at - j.created_at <= timedelta(seconds=1) for j in jobs), [
-            (j.created_at, j.scheduled_at) for j in jobs
-        ]
+        jobs, window = check_one_job_per_tick(apps[0])
         done = [j for j in window if j.status is JobStatus.COMPLETED]
         assert len(done) == TICKS and len(set(runs)) == len(runs) >= TICKS
         [state] = apps[1].schedules()
