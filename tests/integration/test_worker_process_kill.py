@@ -2,7 +2,7 @@
 
 Each worker is a child process (``python child.py``) running ``app.worker(...).run(stop_when_idle=
 True)`` on the same SQLite file; handlers append a line per run to a records file (fsynced before
-anything else happens).  Leases are 2 s (5 s in C06), the reaper runs every 0.2 s.
+anything else happens).  Leases are 2 s (10 s in C06), the reaper runs every 0.2 s.
 """
 
 from __future__ import annotations
@@ -138,8 +138,9 @@ def test_c06_a_killed_workers_job_comes_back_and_does_not_hold_capacity(setup) -
     url, repo, script, records = setup
     j = enqueue(repo, "hang_once", queue="q", priority=1)
     k = enqueue(repo, "healthy", queue="q")
-    # a 5 s lease leaves worker B time to start before J's lease expires
-    a = start_worker(url, script, records, lease_timeout=5.0)
+    # a 10 s lease leaves worker B time to start before J's lease expires, even on a busy machine
+    # (with 5 s, a start-up slowed by a loaded CI machine sometimes came after the expiry)
+    a = start_worker(url, script, records, lease_timeout=10.0)
     try:
         deadline = time.monotonic() + 30
         while not any(r["name"] == "hang_once" for r in read_records(records)):
@@ -155,7 +156,7 @@ def test_c06_a_killed_workers_job_comes_back_and_does_not_hold_capacity(setup) -
     expires = held.lease_expires_at
     assert expires is not None
 
-    b = start_worker(url, script, records, lease_timeout=5.0)
+    b = start_worker(url, script, records, lease_timeout=10.0)
     try:
         b.communicate(timeout=60)
     finally:
