@@ -3,8 +3,9 @@ it back.
 
 - ``chaos_executions``: one row per handler execution (written by the handler itself, see
   chaos_app.py): job id, the lease token from ``ctx``, the attempt, the worker's pid.
-- the jobs' own attempt history (``tether_jobs.history``): how each attempt ended, read as the
-  outcomes in order (``JobRecord.history``).
+- the jobs' own attempt history, read as the repository reads it (``row_to_job``: the ``history``
+  column and a completed attempt kept in the lease columns): how each attempt ended, the outcomes
+  in order (``JobRecord.history``).
 - ``chaos_outcomes``: one row per UPDATE of ``tether_jobs`` that leaves a job ``completed`` or
   ``dead``, written by a trigger in the same transaction as the update: the job, its status and
   lease token before the update, its status and attempts after.  A job whose outcome was
@@ -17,10 +18,10 @@ it back.
 from __future__ import annotations
 
 import collections
-import json
 
 import attrs
 from sqlalchemy.engine import Engine
+from tether.adapters.sqlalchemy.mapping import row_to_job
 
 TERMINAL = ("completed", "dead")
 
@@ -120,17 +121,16 @@ def read_jobs(engine: Engine, schema: str) -> dict[int, JobRecord]:
         ):
             outcomes[job_id].append(Outcome(old_status, old_token, new_status))
         rows = conn.exec_driver_sql(
-            f"SELECT id, payload::jsonb->>'kind', status, attempts, max_attempts, last_error, history "
-            f'FROM "{schema}".tether_jobs ORDER BY id'
+            f"SELECT j.*, payload::jsonb->>'kind' AS kind FROM \"{schema}\".tether_jobs AS j ORDER BY id"
         ).all()
-    jobs = {
-        job_id: JobRecord(
-            job_id, kind, status, attempts, max_attempts, last_error,
-            tuple(executions.pop(job_id, ())), tuple(outcomes.pop(job_id, ())),
-            tuple(entry["outcome"] for entry in (json.loads(history) if isinstance(history, str) else history or ())),
+    jobs = {}
+    for row in rows:  # read as the repository reads them: a completed attempt kept in the lease columns counts
+        job = row_to_job(row)
+        jobs[job.id] = JobRecord(
+            job.id, row.kind, job.status.value, job.attempts, job.max_attempts, job.last_error,
+            tuple(executions.pop(job.id, ())), tuple(outcomes.pop(job.id, ())),
+            tuple(attempt.outcome.value for attempt in job.history),
         )
-        for job_id, kind, status, attempts, max_attempts, last_error, history in rows
-    }  # fmt: skip
     strays = sorted(set(executions) | set(outcomes))
     assert not strays, f"executions or outcomes of jobs that are not in the table: {strays[:20]}"
     return jobs
