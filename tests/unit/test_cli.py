@@ -164,7 +164,7 @@ BAD_INPUT = [
     (["worker", "--app", "tether.testing:fake_app", "--worker-id", ""], "--worker-id: must be 1-200 printable characters"),
     (["worker"], "--app: is required (or set TETHER_APP)"),
     (["db", "upgrade", "--from-version", "1"], "--from-version: only with --sql"),
-    (["db", "upgrade", "--sql", "--from-version", "9"], "--from-version: 9 is not a schema version of this Tether"),
+    (["db", "upgrade", "--sql", "--from-version", "10"], "--from-version: 10 is not a schema version of this Tether"),
     (["db", "upgrade", "--sql", "--from-version", "one"], "--from-version: must be an integer, got 'one'"),
     (["frobnicate"], "No such command 'frobnicate'"),
 ]

@@ -38,6 +38,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Text, cast, func, literal, select, text
 from sqlalchemy.engine import Connection, Row
+from tether.adapters.sqlalchemy import pg_key_limits
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
@@ -72,7 +73,8 @@ class PgLeases(PgConnections):
         out; ``limited`` (``p_queue``) and ``limited_id`` (``p_queue``, ``p_id``): one limited
         queue, at most its free slots (its ``max_running`` less its running jobs with unexpired
         leases at ``p_now``, and its ``rate_limit`` less its starts in the rate window of
-        ``p_now_us``; none when it is paused or no longer limited)."""
+        ``p_now_us``; none when it is paused or no longer limited), each key within the queue's
+        ``max_running_per_key`` (:mod:`.pg_key_limits`)."""
         table = self._qualified_table
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
         controls = self._qualified_name(self.queues_table.name)
@@ -87,15 +89,16 @@ class PgLeases(PgConnections):
                 "AND lease_expires_at > %(p_now)s"
             )
             window = "(%(p_now_us)s / c.rate_period_us) * c.rate_period_us"
-            room = (
-                "SELECT GREATEST(LEAST("
+            room = (  # (only a per-key limit: p_limit, the key rule cuts the rows)
+                "SELECT GREATEST(COALESCE(LEAST("
                 f"CASE WHEN c.max_running IS NULL THEN NULL ELSE c.max_running - ({running}) END, "
                 "CASE WHEN c.rate_limit IS NULL THEN NULL ELSE c.rate_limit - "
-                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) END), 0) "
+                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) END), %(p_limit)s), 0) "
                 f"FROM {controls} AS c WHERE c.name = %(p_queue)s AND NOT c.paused "
-                "AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)"
+                "AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL OR c.max_running_per_key IS NOT NULL)"
             )
             free_slots = f"COALESCE(({room}), 0)"
+            queue_filter += pg_key_limits.key_filter(table, controls)
         else:
             queue_filter += f" AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE})"
         if skip:  # only while rows that failed alone are left out (see .row_faults)
@@ -114,10 +117,7 @@ class PgLeases(PgConnections):
         elif free_slots is not None:
             # The free slots cut the p_limit rows down afterwards: a LIMIT the planner cannot read
             # would make it expect a tenth of the table and hash-join all of it.
-            chosen = (
-                f"SELECT picked.id FROM (SELECT id, priority, scheduled_at {due}) AS picked "
-                f"ORDER BY picked.priority DESC, picked.scheduled_at, picked.id LIMIT {free_slots}"
-            )
+            chosen = pg_key_limits.ranked_chosen(table, controls, due, free_slots)
         update = (
             f"UPDATE {table} AS j SET status = 'running', attempts = j.attempts + 1, "
             "lease_token = md5(%(p_secret)s || CAST(j.id AS text)), leased_by = %(p_worker)s, "

@@ -1,0 +1,58 @@
+"""The per-key running limit in PostgreSQL's limited-queue lease: the SQL fragments :mod:`.pg_leases` puts in shape ``limited``.
+
+Every limited queue's lease (its row locked, then this statement) carries them; for a queue
+without ``max_running_per_key`` they change nothing (no key is ever full, every row passes):
+
+- :func:`key_filter`, in the due scan: a job whose key already has ``max_running_per_key`` running
+  jobs under unexpired leases is passed over, so it never hides the jobs behind it.  The full keys
+  are one hashed subplan over ``ix_tether_jobs_running_key`` (keyed running rows only, a handful).
+- :func:`ranked_chosen`, around the due scan's rows (at most ``p_limit``, locked): each key's rows
+  numbered in lease order, kept while that number plus the key's running jobs stays within the
+  limit (so the lease's own jobs count), then cut to the queue's free slots.
+
+Parameters: ``p_queue``, ``p_now`` (as the rest of the lease statement).
+"""
+
+from __future__ import annotations
+
+#: The per-key limit of a queue without one: larger than any count.
+_NO_KEY_LIMIT = 2_147_483_647
+
+
+def _per_key(controls: str) -> str:
+    return f"(SELECT kc.max_running_per_key FROM {controls} AS kc WHERE kc.name = %(p_queue)s)"
+
+
+def _running_keyed(table: str) -> str:
+    """The queue's keyed running rows with unexpired leases (alias ``r``), as a FROM ... WHERE."""
+    return (
+        f"FROM {table} AS r WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL "
+        "AND r.queue = %(p_queue)s AND r.lease_expires_at > %(p_now)s"
+    )
+
+
+def key_filter(table: str, controls: str) -> str:
+    """`` AND (...)``: the due rows whose key (if any) is not at the queue's per-key limit."""
+    full = (
+        f"SELECT r.concurrency_key {_running_keyed(table)} GROUP BY r.concurrency_key "
+        f"HAVING count(*) >= {_per_key(controls)}"
+    )
+    return f" AND (concurrency_key IS NULL OR concurrency_key NOT IN ({full}))"
+
+
+def ranked_chosen(table: str, controls: str, due: str, free_slots: str) -> str:
+    """The ids to lease: the rows of ``due`` (``FROM ... LIMIT ... FOR UPDATE SKIP LOCKED``)
+    within each key's remaining room, in lease order, at most ``free_slots``."""
+    order = "priority DESC, {0}scheduled_at, {0}id"
+    running = f"(SELECT count(*) {_running_keyed(table)} AND r.concurrency_key = ranked.concurrency_key)"
+    return (
+        "SELECT ranked.id FROM (SELECT picked.id, picked.priority, picked.scheduled_at, picked.concurrency_key, "
+        f"row_number() OVER (PARTITION BY picked.concurrency_key ORDER BY picked.{order.format('picked.')}) AS rn "
+        f"FROM (SELECT id, priority, scheduled_at, concurrency_key {due}) AS picked) AS ranked "
+        f"WHERE ranked.concurrency_key IS NULL "
+        f"OR ranked.rn + {running} <= COALESCE({_per_key(controls)}, {_NO_KEY_LIMIT}) "
+        f"ORDER BY ranked.{order.format('ranked.')} LIMIT {free_slots}"
+    )
+
+
+__all__ = ["key_filter", "ranked_chosen"]
