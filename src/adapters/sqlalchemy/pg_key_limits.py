@@ -1,7 +1,13 @@
-"""The per-key running limit in PostgreSQL's limited-queue lease: the SQL fragments :mod:`.pg_leases` puts in shape ``limited``.
+"""The per-key running limit in PostgreSQL's limited-queue lease: the SQL fragments :mod:`.pg_leases` puts in shape ``limited_key``.
 
-Every limited queue's lease (its row locked, then this statement) carries them; for a queue
-without ``max_running_per_key`` they change nothing (no key is ever full, every row passes):
+A queue with ``max_running_per_key`` (as the list of limited queues last read says) is leased with
+them (its row locked, then this statement); the other limited queues keep the statement without
+them (which leases nothing from a queue whose per-key limit was set since that list was read, so
+the limit is never overshot while the list is stale).  Cleared since, they change nothing: no key
+is ever full, every row passes.
+
+- :func:`room`: the queue's room under ``max_running`` and its rate limit, or ``p_limit`` when it
+  has neither (the key rule then cuts the rows);
 
 - :func:`key_filter`, in the due scan: a job whose key already has ``max_running_per_key`` running
   jobs under unexpired leases is passed over, so it never hides the jobs behind it.  The full keys
@@ -31,6 +37,16 @@ def _running_keyed(table: str) -> str:
     )
 
 
+def room(controls: str, least: str) -> str:
+    """The queue's room: ``least`` (the smaller of its running limit's and rate limit's rooms,
+    NULL for neither) or ``p_limit``, never below 0; none when it is paused or not limited."""
+    return (
+        f"SELECT GREATEST(COALESCE({least}, %(p_limit)s), 0) "
+        f"FROM {controls} AS c WHERE c.name = %(p_queue)s AND NOT c.paused "
+        "AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL OR c.max_running_per_key IS NOT NULL)"
+    )
+
+
 def key_filter(table: str, controls: str) -> str:
     """`` AND (...)``: the due rows whose key (if any) is not at the queue's per-key limit."""
     full = (
@@ -55,4 +71,4 @@ def ranked_chosen(table: str, controls: str, due: str, free_slots: str) -> str:
     )
 
 
-__all__ = ["key_filter", "ranked_chosen"]
+__all__ = ["key_filter", "ranked_chosen", "room"]

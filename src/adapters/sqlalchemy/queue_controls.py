@@ -157,15 +157,15 @@ class SqlQueueControls(SqlKeyLimits):
         return self.table.c.queue.not_in(select(q.c.name).where(q.c.paused))
 
     _limited_cache: tuple[float, tuple[str, ...]] | None = None
+    #: The limited queues with a per-key limit, as the last read of the limited queues found them.
+    _keyed_limited: frozenset[str] = frozenset()
 
     def _read_limited(self, conn: Connection) -> tuple[str, ...]:
         q = self.queues_table
-        stmt = (
-            select(q.c.name)
-            .where(_limited(q), not_(q.c.paused))
-            .order_by(q.c.name)
-        )
-        return tuple(conn.execute(stmt).scalars())
+        stmt = select(q.c.name, q.c.max_running_per_key).where(_limited(q), not_(q.c.paused)).order_by(q.c.name)
+        rows = list(conn.execute(stmt))
+        self._keyed_limited = frozenset(name for name, per_key in rows if per_key is not None)
+        return tuple(name for name, _ in rows)
 
     def _limited_queues(
         self, queues: Sequence[str] | None, conn: Connection | None = None, *, listed: bool = False
