@@ -9,12 +9,13 @@ is ever full, every row passes.
 - :func:`room`: the queue's room under ``max_running`` and its rate limit, or ``p_limit`` when it
   has neither (the key rule then cuts the rows);
 
-- :func:`key_filter`, in the due scan: a job whose key already has ``max_running_per_key`` running
-  jobs under unexpired leases is passed over, so it never hides the jobs behind it.  The full keys
-  are one hashed subplan over ``ix_tether_jobs_running_key`` (keyed running rows only, a handful).
-- :func:`ranked_chosen`, around the due scan's rows (at most ``p_limit``, locked): each key's rows
-  numbered in lease order, kept while that number plus the key's running jobs stays within the
-  limit (so the lease's own jobs count), then cut to the queue's free slots.
+- :func:`ranked_chosen`: first ``held``, the queue's running jobs with unexpired leases per key,
+  read once from ``ix_tether_jobs_running_key`` (keyed running rows only); then, around the due
+  scan's rows (at most ``p_limit``, locked), each key's rows numbered in lease order, kept while
+  that number plus the key's ``held`` count stays within the limit (so the lease's own jobs
+  count), then cut to the queue's free slots;
+- :func:`key_filter`, in the due scan: a job whose key already has ``max_running_per_key`` in
+  ``held`` is passed over, so it never hides the jobs behind it (a hashed subplan).
 
 Parameters: ``p_queue``, ``p_now`` (as the rest of the lease statement).
 """
@@ -48,25 +49,29 @@ def room(controls: str, least: str) -> str:
 
 
 def key_filter(table: str, controls: str) -> str:
-    """`` AND (...)``: the due rows whose key (if any) is not at the queue's per-key limit."""
-    full = (
-        f"SELECT r.concurrency_key {_running_keyed(table)} GROUP BY r.concurrency_key "
-        f"HAVING count(*) >= {_per_key(controls)}"
+    """`` AND (...)``: the due rows whose key (if any) is not at the queue's per-key limit (the
+    keys of ``held``, the CTE of :func:`ranked_chosen`)."""
+    return (
+        " AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+        f"(SELECT h.concurrency_key FROM held AS h WHERE h.n >= {_per_key(controls)}))"
     )
-    return f" AND (concurrency_key IS NULL OR concurrency_key NOT IN ({full}))"
 
 
 def ranked_chosen(table: str, controls: str, due: str, free_slots: str) -> str:
     """The ids to lease: the rows of ``due`` (``FROM ... LIMIT ... FOR UPDATE SKIP LOCKED``)
-    within each key's remaining room, in lease order, at most ``free_slots``."""
+    within each key's remaining room, in lease order, at most ``free_slots``.  ``held``, the
+    queue's running jobs per key, is read once (one range of ``ix_tether_jobs_running_key``) for
+    both the full keys and each key's room."""
     order = "priority DESC, {0}scheduled_at, {0}id"
-    running = f"(SELECT count(*) {_running_keyed(table)} AND r.concurrency_key = ranked.concurrency_key)"
+    held = f"SELECT r.concurrency_key, count(*) AS n {_running_keyed(table)} GROUP BY r.concurrency_key"
     return (
+        f"WITH held AS MATERIALIZED ({held}) "
         "SELECT ranked.id FROM (SELECT picked.id, picked.priority, picked.scheduled_at, picked.concurrency_key, "
         f"row_number() OVER (PARTITION BY picked.concurrency_key ORDER BY picked.{order.format('picked.')}) AS rn "
         f"FROM (SELECT id, priority, scheduled_at, concurrency_key {due}) AS picked) AS ranked "
-        f"WHERE ranked.concurrency_key IS NULL "
-        f"OR ranked.rn + {running} <= COALESCE({_per_key(controls)}, {_NO_KEY_LIMIT}) "
+        "LEFT JOIN held ON held.concurrency_key = ranked.concurrency_key "
+        "WHERE ranked.concurrency_key IS NULL "
+        f"OR ranked.rn + COALESCE(held.n, 0) <= COALESCE({_per_key(controls)}, {_NO_KEY_LIMIT}) "
         f"ORDER BY ranked.{order.format('ranked.')} LIMIT {free_slots}"
     )
 
