@@ -11,6 +11,7 @@
     .venv/bin/python bench/pg_drain.py --async-handlers --async-concurrency 100   # async def no-op handlers
     .venv/bin/python bench/pg_drain.py --async-handlers --sleep 0.05 --async-concurrency 500 --workers 1 --jobs 10000
     .venv/bin/python bench/pg_drain.py --max-running 50             # the queue limited to 50 running jobs
+    .venv/bin/python bench/pg_drain.py --keys 100 --max-running-per-key 1   # 100 concurrency keys, 1 running each
 
 Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/README.md):
 
@@ -191,7 +192,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="tether-marks-") as marks:
         try:
-            requests = [EnqueueRequest("bench.noop", {"i": i}) for i in range(args.jobs)]
+            if args.keys:  # each job a concurrency key, in turn
+                requests = [EnqueueRequest("bench.noop", {"i": i}, concurrency_key=f"key-{i % args.keys}")
+                            for i in range(args.jobs)]
+            else:
+                requests = [EnqueueRequest("bench.noop", {"i": i}) for i in range(args.jobs)]
             started = time.perf_counter()
             for k in range(0, args.jobs, args.chunk):
                 app.enqueue_many(requests[k : k + args.chunk])
@@ -199,6 +204,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.max_running is not None:  # the limited-queue path: at most N running across the workers
                 app.limit_queue("default", max_running=args.max_running)
                 result["max_running"] = args.max_running
+            if args.max_running_per_key is not None:  # the limited path too: at most N of one key running
+                app.limit_queue("default", max_running_per_key=args.max_running_per_key)
+                result["max_running_per_key"], result["keys"] = args.max_running_per_key, args.keys
 
             pg_cpu_before = _postgres_cpu_seconds()
             spawn = time.time()
@@ -292,6 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk", type=int, default=1000, help="enqueue_many chunk (default 1000)")
     parser.add_argument("--max-running", type=int, default=None,
                         help="limit the queue to this many running jobs across the workers (default: no limit)")
+    parser.add_argument("--keys", type=int, default=0, help="give the jobs this many concurrency keys, in turn (default: none)")
+    parser.add_argument("--max-running-per-key", type=int, default=None,
+                        help="limit the queue to this many running jobs per concurrency key (default: no limit)")
     parser.add_argument("--single-jobs", type=int, default=2000, help="jobs for the single-enqueue step (0: skip)")
     parser.add_argument("--timeout", type=float, default=170.0, help="give up the drain after this many seconds")
     parser.add_argument("--bulk-only", action="store_true", help="run step 1 (bulk enqueue) alone, --rounds times")

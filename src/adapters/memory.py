@@ -282,9 +282,12 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
             rooms: dict[str, int | None] = {}
+            holds: dict[str, dict[str, int] | None] = {}  # per-key limited queue -> key -> jobs holding a slot
+            passed: list[tuple[str, tuple[int, datetime, int]]] = []  # due entries whose key is at its limit
             for name in names:
                 self._promote(name, now)
                 rooms[name] = self._room(name, now)
+                holds[name] = self._key_holds(name, now)
             while len(leased) < limit:
                 best: tuple[int, datetime, int] | None = None
                 best_queue = ""
@@ -292,10 +295,15 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
                     if rooms[name] == 0:
                         continue
                     ready = self._ready.get(name)
-                    while ready and not (self._valid_ready(ready[0]) and self._jobs[ready[0][2]].is_due(now)):
-                        entry = heapq.heappop(ready)
-                        if self._valid_ready(entry):  # made due by a caller with a later now: waits again
-                            heapq.heappush(self._waiting.setdefault(name, []), (self._jobs[entry[2]].scheduled_at, entry[2]))
+                    while ready:
+                        if not (self._valid_ready(ready[0]) and self._jobs[ready[0][2]].is_due(now)):
+                            entry = heapq.heappop(ready)
+                            if self._valid_ready(entry):  # made due by a caller with a later now: waits again
+                                heapq.heappush(self._waiting.setdefault(name, []), (self._jobs[entry[2]].scheduled_at, entry[2]))
+                        elif self._key_full(name, self._jobs[ready[0][2]], holds[name]):
+                            passed.append((name, heapq.heappop(ready)))  # put back after this lease
+                        else:
+                            break
                     if ready and (best is None or ready[0] < best):
                         best, best_queue = ready[0], name
                         if listed_order and queues is not None:  # the first listed queue with a due job
@@ -303,6 +311,7 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
                 if best is None:
                     break
                 heapq.heappop(self._ready[best_queue])
+                self._hold_key(self._jobs[best[2]], holds[best_queue])
                 room = rooms[best_queue]
                 if room is not None:
                     rooms[best_queue] = room - 1
@@ -312,6 +321,8 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
                 )
                 self._store(job)
                 leased.append(job)
+            for name, entry in passed:
+                heapq.heappush(self._ready[name], entry)
         return leased
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
@@ -321,6 +332,8 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or not job.is_due(now) or job.attempts >= job.max_attempts or self._room(job.queue, now) == 0:
+                return None
+            if self._key_full(job.queue, job, self._key_holds(job.queue, now)):
                 return None
             self._started(job.queue, now)
             job = transitions.lease(job, now=now, token=new_lease_token(), worker_id=worker_id, lease_timeout=lease_timeout)

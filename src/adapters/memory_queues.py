@@ -1,4 +1,4 @@
-"""Queue controls of the in-memory repository: pause, running limits and rate limits, kept in process memory.
+"""Queue controls of the in-memory repository: pause, running limits (per queue and per key) and rate limits, in memory.
 
 A mixin of :class:`~tether.adapters.memory.InMemoryJobRepository` (which supplies the lock and the
 jobs): the stored :class:`~tether.domain.queues.QueueState` of each queue, the count of each
@@ -19,6 +19,7 @@ from tether.domain.queues import (
     counts_as_running,
     lease_room,
     validate_max_running,
+    validate_max_running_per_key,
     validate_queue_name,
     validate_rate,
     window_start_micros,
@@ -27,8 +28,9 @@ from tether.domain.timeutil import ensure_utc, from_micros
 
 
 class MemoryQueueControls:
-    """``set_queue_paused``, ``set_queue_limit``, ``set_queue_rate``, ``queue_states``,
-    ``count_by_queue``, and the room of a lease in a queue (``_room``, ``_started``)."""
+    """``set_queue_paused``, ``set_queue_limit``, ``set_queue_key_limit``, ``set_queue_rate``,
+    ``queue_states``, ``count_by_queue``, ``count_running_by_key``, and the room of a lease in a
+    queue (``_room``, ``_started``) and per key (``_key_holds``, ``_key_full``, ``_hold_key``)."""
 
     _lock: threading.Condition
     _jobs: dict[int, Job]
@@ -51,6 +53,40 @@ class MemoryQueueControls:
             window, count = self._windows.get(queue, (None, 0))
             started = count if window == window_start_micros(now, period) else 0
         return lease_room(state, running, started)
+
+    def _key_holds(self, queue: str, now: datetime) -> dict[str, int] | None:
+        """Per concurrency key, the jobs of ``queue`` counting as running at ``now``; None when the
+        queue has no per-key limit (or is paused); with the lock held."""
+        state = self._queue_states.get(queue)
+        if state is None or state.paused or state.max_running_per_key is None:
+            return None
+        holds: dict[str, int] = {}
+        for i in self._running:
+            job = self._jobs[i]
+            if job.queue == queue and job.concurrency_key is not None and counts_as_running(job, now):
+                holds[job.concurrency_key] = holds.get(job.concurrency_key, 0) + 1
+        return holds
+
+    def _key_full(self, queue: str, job: Job, holds: dict[str, int] | None) -> bool:
+        """True when ``job``'s key is at its queue's per-key limit (``holds``: :meth:`_key_holds`)."""
+        if holds is None or job.concurrency_key is None:
+            return False
+        limit = self._queue_states[queue].max_running_per_key
+        return limit is not None and holds.get(job.concurrency_key, 0) >= limit
+
+    def _hold_key(self, job: Job, holds: dict[str, int] | None) -> None:
+        """Count ``job``, just leased, in ``holds`` (:meth:`_key_holds`)."""
+        if holds is not None and job.concurrency_key is not None:
+            holds[job.concurrency_key] = holds.get(job.concurrency_key, 0) + 1
+
+    def count_running_by_key(self, queue: str, concurrency_key: str, *, now: datetime) -> int:
+        now = ensure_utc(now, "now")
+        with self._lock:
+            return sum(
+                1 for i in self._running
+                if self._jobs[i].queue == queue and self._jobs[i].concurrency_key == concurrency_key
+                and counts_as_running(self._jobs[i], now)
+            )
 
     def _started(self, queue: str, now: datetime) -> None:
         """Count one start in ``queue``'s current rate window (with the lock held)."""
@@ -83,6 +119,12 @@ class MemoryQueueControls:
         limit = None if max_running is None else validate_max_running(max_running)
         now = ensure_utc(now, "now")
         return self._write_queue_state(queue, now, max_running=limit)
+
+    def set_queue_key_limit(self, queue: str, max_running_per_key: int | None, *, now: datetime) -> QueueState:
+        queue = validate_queue_name(queue)
+        limit = None if max_running_per_key is None else validate_max_running_per_key(max_running_per_key)
+        now = ensure_utc(now, "now")
+        return self._write_queue_state(queue, now, max_running_per_key=limit)
 
     def set_queue_rate(
         self, queue: str, rate_limit: int | None, rate_period: float | None, *, now: datetime

@@ -47,6 +47,8 @@ class JobFacts:
         queue_state: the stored controls of the job's queue (None: none stored: active, no limit).
         queue_running: how many jobs of the job's queue are running, or None when not counted
             (the queue has no running limit).
+        key_running: how many jobs of the job's queue with its ``concurrency_key`` run under
+            unexpired leases, or None when not counted (no key, or no per-key limit).
     """
 
     job: Job
@@ -56,6 +58,7 @@ class JobFacts:
     due_ahead_limit: int = DUE_AHEAD_LIMIT
     queue_state: QueueState | None = None
     queue_running: int | None = None
+    key_running: int | None = None
 
     @property
     def live_handlers(self) -> tuple[WorkerEntry, ...] | None:
@@ -220,6 +223,18 @@ def at_limit(facts: JobFacts) -> str | None:
     )
 
 
+def at_key_limit(facts: JobFacts) -> str | None:
+    job, state, running_now = facts.job, facts.queue_state, facts.key_running
+    if not job.is_due(facts.now) or state is None or state.max_running_per_key is None or running_now is None:
+        return None
+    if job.concurrency_key is None or running_now < state.max_running_per_key:
+        return None
+    return (
+        f"waiting: {plural(running_now, 'job')} of concurrency key {job.concurrency_key} already running, "
+        f"the queue's per-key limit (at most {state.max_running_per_key:,} per key)"
+    )
+
+
 def rate_limited(facts: JobFacts) -> str | None:
     job, state = facts.job, facts.queue_state
     if not job.is_due(facts.now) or state is None or state.rate_limit is None or state.rate_period_micros is None:
@@ -272,6 +287,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("paused", paused),
     ("no_worker", no_worker),
     ("limited", at_limit),
+    ("key_limited", at_key_limit),
     ("rate_limited", rate_limited),
     ("waiting", waiting),
     ("next", next_in_line),
@@ -310,8 +326,14 @@ def gather(facts: JobFacts) -> tuple[Fact, ...]:
             if state.rate_limit is not None:
                 shown += [("queue_rate_limit", state.rate_limit), ("queue_rate_period", f"{state.rate_period:g} s"),
                           ("queue_started_in_window", state.started_in_window(facts.now))]
+            if state.max_running_per_key is not None:
+                shown.append(("queue_max_running_per_key", state.max_running_per_key))
         if facts.queue_running is not None:
             shown.append(("queue_running", facts.queue_running))
+        if job.concurrency_key is not None:
+            shown.append(("concurrency_key", job.concurrency_key))
+        if facts.key_running is not None:
+            shown.append(("key_running", facts.key_running))
     if job.status is JobStatus.RUNNING:
         shown += [("leased_by", job.leased_by), ("leased_at", job.leased_at), ("lease_expires_at", job.lease_expires_at)]
         if facts.workers is not None:

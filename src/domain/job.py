@@ -77,6 +77,7 @@ class NewJob:
     scheduled_at: datetime
     idempotency_key: str | None = None
     headers_json: str | None = None
+    concurrency_key: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_column_range(self.priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
@@ -116,6 +117,8 @@ class Job:
             :data:`~tether.domain.history.HISTORY_LIMIT` kept (:mod:`tether.domain.history`).
         headers_json: JSON text of a small object of string headers carried with the job (the
             enqueuing trace context, see :mod:`tether.domain.headers`), or None.
+        concurrency_key: the key its queue's per-key running limit counts it under
+            (``max_running_per_key``, :mod:`tether.domain.queues`), or None (not limited by it).
     """
 
     id: int
@@ -138,6 +141,7 @@ class Job:
     cancel_requested_at: datetime | None = None
     history: tuple[Attempt, ...] = ()
     headers_json: str | None = None
+    concurrency_key: str | None = None
 
     @property
     def payload(self) -> Any:

@@ -1,4 +1,4 @@
-"""Queue controls: a queue's stored pause flag and running limit, and the pure rules that apply them.
+"""Queue controls: a queue's stored pause flag and limits, and the pure rules that apply them.
 
 Queues stay implicit: a queue exists as soon as a job names it, and a queue with no job may be
 paused or limited all the same (its settings wait for its first job).  A queue's settings are
@@ -18,11 +18,16 @@ one small record, :class:`QueueState`; a queue with no record is unpaused and un
   (UTC), the same for every process (:func:`window_start_micros`); the count starts again at 0 in
   each window.  So any window of that kind holds at most ``rate_limit`` starts, and any span of
   ``rate_period`` seconds at most twice that (the end of one window and the start of the next).
+- **Per-key running limit** (``max_running_per_key``): at most that many jobs of the queue that
+  carry the same ``concurrency_key`` are running at once across every worker (counted as the
+  running limit is, :func:`counts_as_running`); jobs without a key are not limited by it.  A lease
+  takes the queue's due jobs in lease order, passing over a job whose key is at its limit
+  (counting the jobs the lease itself took, :func:`pick_within_key_limit`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 import attrs
@@ -53,6 +58,8 @@ class QueueState:
         window_start: the start of the last rate window in which a job of the queue started
             (aware UTC), None before the first.
         window_starts: how many started in that window.
+        max_running_per_key: most jobs of the queue with the same ``concurrency_key`` running
+            at once across every worker (None: no per-key limit; jobs without a key never count).
     """
 
     name: str
@@ -63,6 +70,7 @@ class QueueState:
     rate_period: float | None = None
     window_start: datetime | None = None
     window_starts: int = 0
+    max_running_per_key: int | None = None
 
     def started_in_window(self, now: datetime) -> int:
         """Starts counted in the rate window holding ``now`` (0 without a rate limit)."""
@@ -73,8 +81,8 @@ class QueueState:
 
     @property
     def limited(self) -> bool:
-        """True when the queue has a running limit or a rate limit."""
-        return self.max_running is not None or self.rate_limit is not None
+        """True when the queue has a running limit, a per-key running limit or a rate limit."""
+        return self.max_running is not None or self.rate_limit is not None or self.max_running_per_key is not None
 
     @property
     def restricted(self) -> bool:
@@ -92,7 +100,8 @@ class QueueInfo:
     """A queue as ``app.queues()`` lists it: its controls and how many jobs it holds per status.
 
     Attributes:
-        name, paused, max_running, rate_limit, rate_period: as in :class:`QueueState`.
+        name, paused, max_running, rate_limit, rate_period, max_running_per_key: as in
+            :class:`QueueState`.
         counts: jobs of the queue per status (every status present, zero included).
     """
 
@@ -102,6 +111,7 @@ class QueueInfo:
     counts: dict[JobStatus, int]
     rate_limit: int | None = None
     rate_period: float | None = None
+    max_running_per_key: int | None = None
 
     @property
     def running(self) -> int:
@@ -112,6 +122,12 @@ class QueueInfo:
 def validate_max_running(value: object, field: str = "max_running") -> int:
     """``value`` as a running limit (1 to :data:`MAX_RUNNING_LIMIT`).  Raises ValidationError(``field``)."""
     return validate_int(value, field, 1, MAX_RUNNING_LIMIT)
+
+
+def validate_max_running_per_key(value: object) -> int:
+    """``value`` as a per-key running limit (1 to :data:`MAX_RUNNING_LIMIT`).  Raises
+    ValidationError(``max_running_per_key``)."""
+    return validate_int(value, "max_running_per_key", 1, MAX_RUNNING_LIMIT)
 
 
 def validate_rate(rate_limit: object, per: object) -> tuple[int, float]:
@@ -165,6 +181,28 @@ def lease_room(state: QueueState | None, running: int, started_in_window: int = 
     return max(min(rooms), 0) if rooms else None
 
 
+def pick_within_key_limit(
+    candidates: Iterable[tuple[int, str | None]], per_key: int | None, running_by_key: Mapping[str, int],
+    room: int | None,
+) -> list[int]:
+    """The ids a lease takes from ``candidates`` (``(id, concurrency_key)`` in lease order): each in
+    turn, passing over one whose key already has ``per_key`` jobs counting as running
+    (``running_by_key``, :func:`counts_as_running`) or taken by this lease, and stopping at
+    ``room`` ids (None: no stop).  Jobs without a key, and every job when ``per_key`` is None, pass
+    the key rule."""
+    taken: list[int] = []
+    held = dict(running_by_key)
+    for job_id, key in candidates:
+        if room is not None and len(taken) >= room:
+            break
+        if key is not None and per_key is not None:
+            if held.get(key, 0) >= per_key:
+                continue
+            held[key] = held.get(key, 0) + 1
+        taken.append(job_id)
+    return taken
+
+
 def restricted_names(states: Iterable[QueueState]) -> frozenset[str]:
     """The names of the paused or limited queues among ``states``."""
     return frozenset(s.name for s in states if s.restricted)
@@ -178,8 +216,10 @@ __all__ = [
     "QueueState",
     "counts_as_running",
     "lease_room",
+    "pick_within_key_limit",
     "restricted_names",
     "validate_max_running",
+    "validate_max_running_per_key",
     "validate_queue_name",
     "validate_rate",
     "window_start_micros",

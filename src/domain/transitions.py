@@ -75,6 +75,7 @@ def create(new: NewJob, *, job_id: int, now: datetime) -> Job:
         created_at=now,
         idempotency_key=new.idempotency_key,
         headers_json=new.headers_json,
+        concurrency_key=new.concurrency_key,
     )
 
 

@@ -33,6 +33,7 @@ QUEUE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 JOB_TYPE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}")
 DEFAULT_QUEUE = "default"
 IDEMPOTENCY_KEY_MAX_CHARS = 255
+CONCURRENCY_KEY_MAX_CHARS = 255
 WORKER_ID_MAX_CHARS = 200
 #: Longest delay a handler may snooze its job for (``tether.Snooze``), in seconds: one year.
 SNOOZE_MAX_SECONDS = 366 * 24 * 3600.0
@@ -166,6 +167,23 @@ def validate_idempotency_key(value: object) -> str | None:
     return value
 
 
+def validate_concurrency_key(value: object) -> str | None:
+    """None, or a str of 1-255 characters without NUL, encodable as UTF-8: the key a queue's
+    per-key running limit counts a job under.  Raises ValidationError(``concurrency_key``)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > CONCURRENCY_KEY_MAX_CHARS:
+        raise ValidationError(
+            "concurrency_key", f"must be a string of 1-{CONCURRENCY_KEY_MAX_CHARS} characters, got {shown(value)}"
+        )
+    if "\x00" in value:
+        raise ValidationError("concurrency_key", "holds a NUL character (U+0000)")
+    problem = unencodable_problem(value)
+    if problem is not None:
+        raise ValidationError("concurrency_key", problem)
+    return str(value)
+
+
 def due_time(now: datetime, *, run_at: object = None, delay: object = None) -> datetime:
     """When a new job becomes due (aware UTC): ``run_at``, or ``now + delay``, or ``now``.
 
@@ -213,6 +231,7 @@ def prepare_job(
     max_attempts: object = DEFAULT_MAX_ATTEMPTS,
     idempotency_key: object = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    concurrency_key: object = None,
 ) -> NewJob:
     """Validate one enqueue request and return it as a :class:`NewJob`.
 
@@ -229,6 +248,8 @@ def prepare_job(
         idempotency_key: see :func:`validate_idempotency_key`; keys in Tether's reserved namespace
             (``tether:``, :func:`~tether.domain.schedules.check_user_key`) are refused.
         max_payload_bytes: payload limit in bytes.
+        concurrency_key: see :func:`validate_concurrency_key`; None: not limited by the queue's
+            per-key running limit.
 
     Raises:
         ValidationError / PayloadError: naming the first bad field; text that is not UTF-8 (a
@@ -252,7 +273,10 @@ def prepare_job(
         attempts = validate_max_attempts(max_attempts)
     key = None if idempotency_key is None else check_user_key(validate_idempotency_key(idempotency_key))
     scheduled_at = now if run_at is None and delay is None else due_time(now, run_at=run_at, delay=delay)
+    limit_key = None if concurrency_key is None else validate_concurrency_key(concurrency_key)
     payload_json = encode_payload(payload, max_bytes=max_payload_bytes)
+    if limit_key is not None:
+        return NewJob(job_type, queue, payload_json, priority, attempts, scheduled_at, key, concurrency_key=limit_key)
     # positional, in NewJob's field order (job_type, queue, payload_json, priority, max_attempts,
     # scheduled_at, idempotency_key): a third cheaper than keywords, and bulk enqueue makes thousands
     return NewJob(job_type, queue, payload_json, priority, attempts, scheduled_at, key)

@@ -64,6 +64,7 @@ class AsyncApi:
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
         connection: Any = None,
+        concurrency_key: str | None = None,
     ) -> EnqueueResult:
         """:meth:`~tether.entrypoints.service.Tether.enqueue` without blocking the event loop; same
         arguments, result and errors.  ``connection`` may also be a SQLAlchemy ``AsyncConnection``
@@ -79,6 +80,7 @@ class AsyncApi:
             return self._sync.enqueue(
                 job_type, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                 max_attempts=max_attempts, idempotency_key=idempotency_key, connection=handle,
+                concurrency_key=concurrency_key,
             )
 
         return await self.async_access.run(call, connection, single=True)

@@ -121,7 +121,8 @@ class JobControl:
 
     def explain(self, job_id: int) -> Explanation:
         """Why the job is where it is, from the store alone: a one-line ``verdict`` (scheduled for
-        later, its queue paused, no live worker handles it, its queue at its running limit, running
+        later, its queue paused, no live worker handles it, its queue at its running limit, its
+        concurrency key at the queue's per-key limit, running
         on a worker, waiting behind N due jobs, retrying, dead, completed ...) and the ``facts`` behind it (see :mod:`tether.domain.explanation`).
         Reads the job, the worker registry (if the store keeps one) and, for a due job, a count of
         the due jobs ahead of it (at most 10,000).  Never shows the lease token.
@@ -135,12 +136,16 @@ class JobControl:
         if self.registry is not None and not job.status.is_terminal:
             workers = tuple(self.registry.list_workers(now=now))
         due_ahead = self.repository.count_due_ahead(job, now=now, limit=DUE_AHEAD_LIMIT) if job.is_due(now) else None
-        state = queue_running = None
+        state = queue_running = key_running = None
         if job.status.is_leasable:
             state = next((s for s in self.repository.queue_states() if s.name == job.queue), None)
             if state is not None and state.max_running is not None:
                 queue_running = self.repository.count_by_status(queue=job.queue)[JobStatus.RUNNING]
-        return explain(JobFacts(job, now, workers, due_ahead, queue_state=state, queue_running=queue_running))
+            if state is not None and state.max_running_per_key is not None and job.concurrency_key is not None:
+                key_running = self.repository.count_running_by_key(job.queue, job.concurrency_key, now=now)
+        facts = JobFacts(job, now, workers, due_ahead, queue_state=state, queue_running=queue_running,
+                         key_running=key_running)
+        return explain(facts)
 
     def reap(self) -> builtins.list[Job]:
         """One reaper pass now: running jobs whose lease expired go to ``retrying`` (or ``dead``

@@ -10,10 +10,19 @@ publishes the jobs so that an idle worker of any process leases them.
 from __future__ import annotations
 
 import builtins
+import enum
 import logging
 
+from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
-from tether.domain.queues import QueueInfo, QueueState, validate_max_running, validate_queue_name, validate_rate
+from tether.domain.queues import (
+    QueueInfo,
+    QueueState,
+    validate_max_running,
+    validate_max_running_per_key,
+    validate_queue_name,
+    validate_rate,
+)
 from tether.ports.clock import Clock
 from tether.ports.dispatcher import Dispatcher
 from tether.ports.repository import JobRepository
@@ -23,6 +32,16 @@ logger = logging.getLogger("tether")
 #: Most due jobs of a queue announced to the dispatcher when it may start more (the sweep or the
 #: next poll finds the others).
 ANNOUNCED_ON_RESUME = 1_000
+
+
+class _Unset(enum.Enum):
+    """The type of :data:`UNSET`."""
+
+    UNSET = "unset"
+
+
+#: A limit of :meth:`QueueControl.limit_queue` not given: it stays as stored.
+UNSET = _Unset.UNSET
 
 
 class QueueControl:
@@ -55,19 +74,35 @@ class QueueControl:
         self._announce(state.name)
         return state
 
-    def limit_queue(self, name: str, *, max_running: int | None) -> QueueState:
+    def limit_queue(
+        self, name: str, *, max_running: int | None | _Unset = UNSET, max_running_per_key: int | None | _Unset = UNSET
+    ) -> QueueState:
         """At most ``max_running`` (1 to 1,000,000) jobs of queue ``name`` running at once across
-        every worker; None clears the limit.  Jobs already running beyond a lowered limit finish;
-        no new one starts until the queue is below it.  Returns the queue's state as stored.
+        every worker, and at most ``max_running_per_key`` (1 to 1,000,000) of its jobs with the
+        same ``concurrency_key`` (jobs enqueued without a key are not limited by it); None clears
+        a limit, a limit not given stays as it is.  Jobs already running beyond a lowered limit
+        finish; no new one starts until it is below it.  Returns the queue's state as stored.
 
         Raises:
-            ValidationError: a bad queue name (field ``queue``) or limit (field ``max_running``);
-                nothing written.
+            ValidationError: a bad queue name (field ``queue``) or limit (field ``max_running``
+                or ``max_running_per_key``), or neither limit given; nothing written.
             StorageUnavailable: the store could not be reached.
         """
         queue = validate_queue_name(name)
-        limit = None if max_running is None else validate_max_running(max_running)
-        state = self.repository.set_queue_limit(queue, limit, now=self.clock.now())
+        if isinstance(max_running, _Unset) and isinstance(max_running_per_key, _Unset):
+            raise ValidationError("max_running", "give max_running, max_running_per_key or both")
+        limit = per_key = None
+        if not isinstance(max_running, _Unset) and max_running is not None:
+            limit = validate_max_running(max_running)
+        if not isinstance(max_running_per_key, _Unset) and max_running_per_key is not None:
+            per_key = validate_max_running_per_key(max_running_per_key)
+        now = self.clock.now()
+        state = None
+        if not isinstance(max_running, _Unset):
+            state = self.repository.set_queue_limit(queue, limit, now=now)
+        if not isinstance(max_running_per_key, _Unset):
+            state = self.repository.set_queue_key_limit(queue, per_key, now=now)
+        assert state is not None
         self._announce(queue)
         return state
 
@@ -94,8 +129,8 @@ class QueueControl:
 
     def queues(self) -> builtins.list[QueueInfo]:
         """Every queue that holds a job or has stored controls, by name: its counts per status,
-        its ``paused`` flag, its ``max_running`` (None: no limit) and its rate limit
-        (``rate_limit`` starts per ``rate_period`` seconds; None: none).
+        its ``paused`` flag, its ``max_running`` (None: no limit), its ``max_running_per_key``
+        (None: none) and its rate limit (``rate_limit`` starts per ``rate_period`` seconds; None: none).
 
         Raises:
             StorageUnavailable: the store could not be reached.
@@ -106,7 +141,8 @@ class QueueControl:
         for name in sorted(states.keys() | counts.keys()):
             state = states.get(name) or QueueState(name)
             infos.append(QueueInfo(name, state.paused, state.max_running, counts.get(name) or {s: 0 for s in JobStatus},
-                                   rate_limit=state.rate_limit, rate_period=state.rate_period))
+                                   rate_limit=state.rate_limit, rate_period=state.rate_period,
+                                   max_running_per_key=state.max_running_per_key))
         return infos
 
     def _announce(self, queue: str) -> None:
@@ -120,4 +156,4 @@ class QueueControl:
             logger.warning("could not announce the due jobs of queue %s to the dispatcher", queue, exc_info=True)
 
 
-__all__ = ["ANNOUNCED_ON_RESUME", "QueueControl"]
+__all__ = ["ANNOUNCED_ON_RESUME", "UNSET", "QueueControl"]

@@ -21,6 +21,7 @@ class EnqueueRequest:
     delay: float | timedelta | None = None
     max_attempts: int | None = None
     idempotency_key: str | None = None
+    concurrency_key: str | None = None
 
 
 __all__ = ["EnqueueRequest"]

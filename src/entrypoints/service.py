@@ -246,6 +246,7 @@ class Tether(JobReads, JobControl, QueueControl, PeriodicSchedules, AsyncApi):
             max_attempts=max_attempts,
             idempotency_key=request.idempotency_key,
             max_payload_bytes=self.max_payload_bytes,
+            concurrency_key=request.concurrency_key,
         )
 
     def _notify_after_commit(self, connection: Any, jobs: Sequence[Job]) -> None:
@@ -276,6 +277,7 @@ class Tether(JobReads, JobControl, QueueControl, PeriodicSchedules, AsyncApi):
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
         connection: Any = None,
+        concurrency_key: str | None = None,
     ) -> EnqueueResult:
         """Store one job and tell the dispatcher after commit.
 
@@ -291,6 +293,9 @@ class Tether(JobReads, JobControl, QueueControl, PeriodicSchedules, AsyncApi):
             max_attempts: 1-10,000; default: the handler's, else ``default_max_attempts``.
             idempotency_key: 1-255 characters; an existing job with this key is returned
                 unchanged with ``created=False``.
+            concurrency_key: 1-255 characters: the key the queue's per-key running limit
+                (``limit_queue(name, max_running_per_key=N)``) counts the job under, e.g. a
+                customer id; None: not limited by it.
             connection: join this transaction (``app.transaction()``'s handle; for SQL
                 repositories a SQLAlchemy ``Connection``, ``Session`` or ``scoped_session``, or a
                 psycopg 3 ``Connection`` / ``sqlite3.Connection`` on the repository's database);
@@ -305,7 +310,8 @@ class Tether(JobReads, JobControl, QueueControl, PeriodicSchedules, AsyncApi):
             ValidationError / PayloadError: naming the bad field; nothing written or published.
             StorageUnavailable: the repository could not be reached; nothing written.
         """
-        request = EnqueueRequest(job_type, payload, queue, priority, run_at, delay, max_attempts, idempotency_key)
+        request = EnqueueRequest(job_type, payload, queue, priority, run_at, delay, max_attempts, idempotency_key,
+                                 concurrency_key)
         now = self.clock.now()
         new_job = self._prepare(request, now)
         observer = self.send_observer

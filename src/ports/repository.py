@@ -295,8 +295,9 @@ class JobRepository(Protocol):
     # -- queue controls (see tether.domain.queues) -------------------------------------------
     # Every lease above (``lease``, ``lease_job``, ``complete_and_lease``) honours them: no job of
     # a paused queue is leased by a statement that starts after the pause was written, and a
-    # limited queue never has more than ``max_running`` jobs running under unexpired leases, nor
-    # more than ``rate_limit`` leases in one rate window, however many workers lease at once.  ``due_jobs`` leaves paused queues out.
+    # limited queue never has more than ``max_running`` jobs running under unexpired leases (nor
+    # more than ``max_running_per_key`` of one ``concurrency_key``), nor more than ``rate_limit``
+    # leases in one rate window, however many workers lease at once.  ``due_jobs`` leaves paused queues out.
     def set_queue_paused(self, queue: str, paused: bool, *, now: datetime) -> QueueState:
         """Pause (``paused=True``) or resume a queue, which need not have any job; returns its
         state as written (``updated_at = now``, aware UTC).  Idempotent.
@@ -313,6 +314,22 @@ class JobRepository(Protocol):
         Raises:
             ValidationError: a bad queue name (``queue``) or limit (``max_running``); nothing written.
         """
+        ...
+
+    def set_queue_key_limit(self, queue: str, max_running_per_key: int | None, *, now: datetime) -> QueueState:
+        """Set (an int from 1 to :data:`~tether.domain.queues.MAX_RUNNING_LIMIT`) or clear (None)
+        the most jobs of ``queue`` with the same ``concurrency_key`` running at once across every
+        worker (jobs without a key are not limited by it); returns its state as written.
+
+        Raises:
+            ValidationError: a bad queue name (``queue``) or limit (``max_running_per_key``);
+                nothing written.
+        """
+        ...
+
+    def count_running_by_key(self, queue: str, concurrency_key: str, *, now: datetime) -> int:
+        """How many jobs of ``queue`` with ``concurrency_key`` are running under a lease that has
+        not expired at ``now`` (aware UTC): the count the per-key limit compares with."""
         ...
 
     def set_queue_rate(

@@ -34,6 +34,12 @@ The rules, restated:
   epoch (in whole microseconds); a lease takes at most ``starts`` less the leases of the queue
   in the current window (every lease counts, also by id); with a running limit the smaller
   room wins.  Setting or clearing a rate starts its count afresh.
+- a per-key limit ``max_running_per_key`` of a queue: a lease takes no job whose concurrency key
+  already has that many jobs of the queue running under unexpired leases, counting the jobs the
+  same lease took; it passes over such a job to the ones behind it.  Jobs without a key are not
+  limited by it, nor is ``due_jobs``.  A store that leases limited queues last reads a window:
+  the first (lease limit less the jobs it already took) due jobs of the queue whose key was not
+  at its limit before the lease; the key rule and the queue's room then cut that window.
 - retry_dead: dead or cancelled -> queued, attempts 0, due now, no request.  purge:
   completed/dead/cancelled with finished_at < cutoff are deleted and free their keys.
 - schedules: a declaration stores a fingerprint (a new schedule has no mark; a different
@@ -100,6 +106,7 @@ class ModelJob:
     cancel_requested_at: datetime | None = None
     leased_at: datetime | None = None
     history: list[Entry] = field(default_factory=list)
+    limit_key: str | None = None
 
     def due(self, now: datetime) -> bool:
         return self.status in (QUEUED, RETRYING) and self.scheduled_at <= now
@@ -148,6 +155,7 @@ class JobModel:
         self.schedules: dict[str, ModelSchedule] = {}
         self.paused: set[str] = set()
         self.max_running: dict[str, int] = {}
+        self.per_key: dict[str, int] = {}  # queue -> max_running_per_key
         self.rates: dict[str, tuple[int, int]] = {}  # queue -> (starts, period in µs)
         self.windows: dict[str, tuple[int, int]] = {}  # queue -> (window start in µs, starts in it)
 
@@ -205,8 +213,21 @@ class JobModel:
         else:
             self.rates[queue] = (starts, round(per * 1_000_000))
 
+    def set_key_limit(self, queue: str, per_key: int | None) -> None:
+        """Set (an int >= 1) or clear (None) the per-key running limit of ``queue``."""
+        if per_key is None:
+            self.per_key.pop(queue, None)
+        else:
+            self.per_key[queue] = per_key
+
     def limited(self, queue: str) -> bool:
-        return queue in self.max_running or queue in self.rates
+        return queue in self.max_running or queue in self.rates or queue in self.per_key
+
+    def key_holds(self, queue: str, now: datetime) -> dict[str, int]:
+        """Per concurrency key, the jobs of ``queue`` running under a lease that expires after ``now``."""
+        running = [j.limit_key for j in self.jobs.values() if j.queue == queue and j.limit_key is not None
+                   and j.status == RUNNING and j.lease_expires_at is not None and j.lease_expires_at > now]
+        return {k: running.count(k) for k in set(running)}
 
     def _window(self, queue: str, now: datetime) -> int:
         period = self.rates[queue][1]
@@ -232,13 +253,15 @@ class JobModel:
 
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(
-        self, *, queue: str, priority: int, max_attempts: int, scheduled_at: datetime, key: str | None, payload: object
+        self, *, queue: str, priority: int, max_attempts: int, scheduled_at: datetime, key: str | None, payload: object,
+        limit_key: str | None = None,
     ) -> tuple[int, bool]:
         """Returns ``(ordinal, created)``; an existing key returns the holder's ordinal, False."""
         if key is not None and key in self.keys:
             return self.keys[key], False
         self.enqueued += 1
-        self.jobs[self.enqueued] = ModelJob(self.enqueued, queue, priority, max_attempts, scheduled_at, key, payload)
+        self.jobs[self.enqueued] = ModelJob(self.enqueued, queue, priority, max_attempts, scheduled_at, key, payload,
+                                            limit_key=limit_key)
         if key is not None:
             self.keys[key] = self.enqueued
         return self.enqueued, True
@@ -265,15 +288,31 @@ class JobModel:
             return (last, listed, *j.order())
 
         rooms = {q: self.room(q, now) for q in {j.queue for j in due}} if limits else {}
+        holds = {q: self.key_holds(q, now) for q in {j.queue for j in due} if q in self.per_key} if limits else {}
+        full = {q: {k for k, n in held.items() if n >= self.per_key[q]} for q, held in holds.items()}
+        window: dict[str, int] = {}  # limited_last: what is left of a per-key queue's window
         chosen: list[int] = []
         for job in sorted(due, key=key):
             if len(chosen) == limit:
                 break
+            held = holds.get(job.queue)
+            if held is not None:
+                if job.limit_key in full[job.queue]:
+                    continue
+                if limited_last:
+                    left = window.setdefault(job.queue, limit - len(chosen))
+                    if left == 0:
+                        continue
+                    window[job.queue] = left - 1
+                if job.limit_key is not None and held.get(job.limit_key, 0) >= self.per_key[job.queue]:
+                    continue
             room = rooms.get(job.queue)
             if room is not None:
                 if room == 0:
                     continue
                 rooms[job.queue] = room - 1
+            if held is not None and job.limit_key is not None:
+                held[job.limit_key] = held.get(job.limit_key, 0) + 1
             chosen.append(job.ordinal)
         return chosen
 
@@ -282,6 +321,8 @@ class JobModel:
         return (
             job is not None and job.due(now) and job.attempts < job.max_attempts and job.queue not in self.paused
             and self.room(job.queue, now) != 0
+            and not (job.queue in self.per_key and job.limit_key is not None
+                     and self.key_holds(job.queue, now).get(job.limit_key, 0) >= self.per_key[job.queue])
         )
 
     def record_lease(self, ordinal: int, *, token: str, worker: str, now: datetime, lease_timeout: float) -> ModelJob:

@@ -75,6 +75,21 @@ def test_next_in_line_then_waiting_behind_the_jobs_that_go_first(setup: tuple[Te
     assert explanation.fact("live_workers") == ("w-1",)
 
 
+def test_waiting_for_its_concurrency_key_then_next_when_the_key_frees(setup: tuple[Tether, FakeClock]) -> None:
+    app, clock = setup
+    live_worker(app, clock)
+    app.limit_queue("default", max_running_per_key=1)
+    first, second = (app.enqueue("reports.build", concurrency_key="customer-42").job for _ in range(2))
+    [running] = app.repository.lease(queues=["default"], worker_id="w-1", now=clock.now(), lease_timeout=60, limit=5)
+    assert running.id == first.id
+    assert why(app, second.id) == (
+        "waiting: 1 job of concurrency key customer-42 already running, the queue's per-key limit (at most 1 per key)")
+    assert app.explain(second.id).fact("key_running") == 1
+    clock.advance(61)  # the lease expired, nobody reaped it: the key's slot is free
+    live_worker(app, clock)
+    assert app.explain(second.id).reason == "next"
+
+
 def test_waiting_behind_ten_thousand_or_more(setup: tuple[Tether, FakeClock]) -> None:
     app, clock = setup
     live_worker(app, clock)

@@ -87,7 +87,7 @@ def store_old(repo: Any, new: NewJob) -> Job:
     """Store ``new`` (queued) in a schema of an older revision: only the columns every revision has
     (today's ``repo.enqueue`` would ask for columns it lacks); the job as the head reads it."""
     with repo.engine.begin() as conn:
-        values = {k: v for k, v in new_job_values(new, NOW).items() if k != "headers"}  # 0007's column
+        values = {k: v for k, v in new_job_values(new, NOW).items() if k not in ("headers", "concurrency_key")}  # 0007, 0009
         job_id = conn.execute(insert(repo.table).values(**values).returning(repo.table.c.id)).scalar_one()
     return inserted_job(new, job_id, NOW)
 
@@ -198,7 +198,7 @@ def assert_at_head(target: Target, tmp_path: Path) -> None:
 def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
     revisions = migrations.shipped_revisions()
     assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
-    assert revisions[-1] == HEAD_REVISION == "0008"
+    assert revisions[-1] == HEAD_REVISION == "0009"
     assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
 
 
@@ -270,7 +270,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
         command.upgrade(migrations.alembic_config(target.schema, connection=conn), "0002")
     old = target.open(create=False, check=False)  # no upgrade yet
     table = old.table
-    older_columns = [c for c in table.c if c.name not in ("cancel_requested_at", "history", "headers")]
+    older_columns = [c for c in table.c if c.name not in ("cancel_requested_at", "history", "headers", "concurrency_key")]
     try:
         assert old.schema_version() == 2
         stored = [store_old(old, new_job(n, key=f"key-{n}" if n % 2 else None)) for n in range(5)]
@@ -290,7 +290,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
 
     repo = target.open()  # create=True upgrades
     try:
-        assert repo.schema_version() == SCHEMA_VERSION == 8
+        assert repo.schema_version() == SCHEMA_VERSION == 9
         assert_at_head(target, tmp_path)
         with repo.engine.connect() as conn:
             after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
@@ -319,7 +319,7 @@ def test_an_upgrade_from_0004_adds_an_empty_history_that_the_next_outcome_fills(
         command.upgrade(migrations.alembic_config(target.schema, connection=conn), "0004")
     old = target.open(create=False, check=False)
     table = old.table
-    older_columns = [c for c in table.c if c.name not in ("history", "headers")]
+    older_columns = [c for c in table.c if c.name not in ("history", "headers", "concurrency_key")]
     try:
         assert old.schema_version() == 4
         queued, running = (store_old(old, new_job(n)) for n in range(2))
@@ -343,6 +343,46 @@ def test_an_upgrade_from_0004_adds_an_empty_history_that_the_next_outcome_fills(
         done = repo.complete(running.id, "b" * 32, now=NOW + timedelta(seconds=3))
         assert [(a.number, a.worker_id, a.started_at, a.ended_at, a.outcome.value, a.error) for a in done.history] == [
             (1, "w-1", NOW, NOW + timedelta(seconds=3), "completed", None)]
+    finally:
+        repo.close()
+
+
+def test_an_upgrade_from_0008_keeps_queue_controls_and_admits_per_key_limits(target: Target, tmp_path: Path) -> None:
+    """0009 adds ``concurrency_key`` (NULL on old rows) and ``max_running_per_key`` (the SQLite
+    rebuild of ``tether_queues`` keeps every stored control), and the per-key limit then holds."""
+    from alembic import command
+
+    with target.engine.begin() as conn:
+        if target.schema:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{target.schema}"')
+        command.upgrade(migrations.alembic_config(target.schema, connection=conn), "0008")
+    old = target.open(create=False, check=False)
+    try:
+        assert old.schema_version() == 8
+        queued = store_old(old, new_job(1))
+        paused, updated = ("true", "now()") if target.kind == "postgres" else ("1", "1")
+        with old.engine.begin() as conn:  # a queue row as 0008 stored it
+            conn.exec_driver_sql(
+                f"INSERT INTO {target.qualified('tether_queues')} (name, paused, max_running, updated_at, rate_limit, "
+                f"rate_period_us, window_start_us, window_starts) VALUES ('api', {paused}, 3, {updated}, 10, 60000000, NULL, 0)"
+            )
+    finally:
+        old.close()
+
+    repo = target.open()
+    try:
+        assert repo.schema_version() == SCHEMA_VERSION
+        assert_at_head(target, tmp_path)
+        [state] = repo.queue_states()
+        assert (state.name, state.paused, state.max_running, state.rate_limit, state.max_running_per_key) == (
+            "api", True, 3, 10, None)
+        assert repo.get(queued.id).concurrency_key is None
+        limited = repo.set_queue_key_limit("work", 1, now=NOW)
+        assert limited.max_running_per_key == 1
+        for n in range(2):
+            repo.enqueue(attrs.evolve(new_job(10 + n), queue="work", scheduled_at=NOW, concurrency_key="c-1"), now=NOW)
+        leased = repo.lease(queues=["work"], worker_id="w-1", now=NOW, lease_timeout=30, limit=5)
+        assert [j.concurrency_key for j in leased] == ["c-1"]
     finally:
         repo.close()
 
@@ -388,9 +428,15 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "ALTER TABLE tether_jobs ADD COLUMN headers TEXT" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0007'" in only_new
     assert "CREATE TABLE tether_queues" in only_new and "UPDATE tether_alembic_version SET version_num='0008'" in only_new
+    assert "ALTER TABLE tether_jobs ADD COLUMN concurrency_key VARCHAR(255)" in only_new
+    assert "ALTER TABLE tether_queues ADD COLUMN max_running_per_key INTEGER" in only_new
+    assert "CREATE INDEX ix_tether_jobs_running_key ON tether_jobs (queue, concurrency_key, lease_expires_at) " \
+           "WHERE status = 'running' AND concurrency_key IS NOT NULL" in only_new
+    assert "UPDATE tether_alembic_version SET version_num='0009'" in only_new
     assert "CREATE TABLE app_jobs.tether_workers" in pg
     lite = migrations.upgrade_sql("sqlite")
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite
+    assert "ALTER TABLE _tether_queues_0009 RENAME TO tether_queues" in lite
     with pytest.raises(ConfigurationError, match="dialect: 'mysql' is not one of postgresql, sqlite"):
         migrations.upgrade_sql("mysql")
     with pytest.raises(ValidationError, match=f"from_version: {SCHEMA_VERSION + 1} is not a schema version"):

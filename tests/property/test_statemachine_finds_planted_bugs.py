@@ -104,6 +104,13 @@ class RunningLimitBlindRepository(InMemoryJobRepository):
             self._queue_states[queue] = state
 
 
+class KeyLimitBlindRepository(InMemoryJobRepository):
+    """Planted bug: leases ignore a queue's per-key running limit (its other limits still hold)."""
+
+    def _key_holds(self, queue: str, now: datetime) -> dict[str, int] | None:
+        return None
+
+
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
@@ -114,9 +121,10 @@ class RunningLimitBlindRepository(InMemoryJobRepository):
         (ResurrectingReaperRepository, ("(repository, model) differ",)),
         (ReaperForgetsHistoryRepository, ("'history'",)),
         (RunningLimitBlindRepository, ("the model's lease order says", "should raise", "the model says False")),
+        (KeyLimitBlindRepository, ("the model's lease order says", "the model says False")),
     ],
     ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled",
-         "reaper-forgets-history", "lease-ignores-running-limit"],
+         "reaper-forgets-history", "lease-ignores-running-limit", "lease-ignores-per-key-limit"],
 )
 def test_state_machine_finds_the_planted_bug(
     repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]

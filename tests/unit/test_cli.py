@@ -82,6 +82,8 @@ BAD_INPUT = [
     (["enqueue", "x", "--delay", "-1"], "--delay: must be >= 0 seconds, got -1.0"),
     (["enqueue", "x", "--delay", "soon"], "--delay: must be a number of seconds, got 'soon'"),
     (["enqueue", "x", "--idempotency-key", ""], "--idempotency-key: must be a string of 1-255 characters"),
+    (["enqueue", "x", "--concurrency-key", ""], "--concurrency-key: must be a string of 1-255 characters"),
+    (["enqueue", "x", "--concurrency-key", "c" * 256], "--concurrency-key: must be a string of 1-255 characters"),
     # text that has no UTF-8 encoding (undecodable argv bytes arrive as lone surrogates)
     (["enqueue", "x", "--payload", '{"s": "\\ud800"}'],
      "--payload: payload.s holds a lone surrogate (U+D800 at index 0), which has no UTF-8 encoding"),
@@ -164,7 +166,7 @@ BAD_INPUT = [
     (["worker", "--app", "tether.testing:fake_app", "--worker-id", ""], "--worker-id: must be 1-200 printable characters"),
     (["worker"], "--app: is required (or set TETHER_APP)"),
     (["db", "upgrade", "--from-version", "1"], "--from-version: only with --sql"),
-    (["db", "upgrade", "--sql", "--from-version", "9"], "--from-version: 9 is not a schema version of this Tether"),
+    (["db", "upgrade", "--sql", "--from-version", "10"], "--from-version: 10 is not a schema version of this Tether"),
     (["db", "upgrade", "--sql", "--from-version", "one"], "--from-version: must be an integer, got 'one'"),
     (["frobnicate"], "No such command 'frobnicate'"),
 ]
@@ -347,6 +349,10 @@ def test_enqueue_list_show_with_idempotency(db: str) -> None:
         "queued",
     )
     assert job["payload"] == {"to": "a@example.com", "n": 1}
+    assert job["concurrency_key"] is None
+    keyed = cli_json("enqueue", "emails.send", "--concurrency-key", "customer-42", "--database-url", db)["job"]
+    assert keyed["concurrency_key"] == "customer-42"
+    assert cli_json("jobs", "show", str(keyed["id"]), "--database-url", db)["concurrency_key"] == "customer-42"
 
     again = cli(
         "enqueue", "emails.send", "--payload", '{"to": "b@example.com"}', "--idempotency-key", "welcome-42", "--database-url", db
@@ -362,8 +368,8 @@ def test_enqueue_list_show_with_idempotency(db: str) -> None:
     assert datetime.fromisoformat(at["scheduled_at"]) == datetime(2030, 1, 2, 1, 4, 5, tzinfo=UTC)
 
     listed = cli_json("jobs", "list", "--database-url", db)
-    assert [j["id"] for j in listed["jobs"]] == [job["id"], later["id"], at["id"]]
-    assert listed["counts"] == {"queued": 3, "running": 0, "retrying": 0, "completed": 0, "dead": 0, "cancelled": 0}
+    assert [j["id"] for j in listed["jobs"]] == [job["id"], keyed["id"], later["id"], at["id"]]
+    assert listed["counts"] == {"queued": 4, "running": 0, "retrying": 0, "completed": 0, "dead": 0, "cancelled": 0}
     assert [j["id"] for j in cli_json("jobs", "list", "--queue", "mail", "--database-url", db)["jobs"]] == [job["id"]]
     assert cli_json("jobs", "list", "--status", "dead", "--database-url", db)["jobs"] == []
     assert len(cli_json("jobs", "list", "--limit", "2", "--offset", "1", "--database-url", db)["jobs"]) == 2

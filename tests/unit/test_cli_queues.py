@@ -51,10 +51,10 @@ def test_pause_resume_limit_and_list(db: str, repo: SqlAlchemyJobRepository) -> 
     assert result.output.strip() == "queue api: active, at most 3 running"
     listed = json.loads(cli("queues", "list", "--json", "--database-url", db).output)
     assert listed == {"queues": [
-        {"name": "api", "paused": False, "max_running": 3, "rate_limit": None, "rate_period": None,
+        {"name": "api", "paused": False, "max_running": 3, "max_running_per_key": None, "rate_limit": None, "rate_period": None,
          "counts": {"queued": 0, "running": 0, "retrying": 0, "completed": 0, "dead": 0, "cancelled": 0}},
-        {"name": "mail", "paused": True, "max_running": None, "rate_limit": None, "rate_period": None,
-         "counts": {"queued": 1, "running": 0, "retrying": 0, "completed": 0, "dead": 0, "cancelled": 0}},
+        {"name": "mail", "paused": True, "max_running": None, "max_running_per_key": None, "rate_limit": None,
+         "rate_period": None, "counts": {"queued": 1, "running": 0, "retrying": 0, "completed": 0, "dead": 0, "cancelled": 0}},
     ]}
     table = cli("queues", "list", "--database-url", db).output
     assert table.splitlines()[0] == "2 queue(s)" and "paused" in table and "active" in table
@@ -64,9 +64,17 @@ def test_pause_resume_limit_and_list(db: str, repo: SqlAlchemyJobRepository) -> 
     assert rated.exit_code == 0, rated.output
     assert rated.output.strip() == "queue api: active, at most 3 running, at most 100 per 60 s started"
     assert "100 per 60 s" in cli("queues", "list", "--database-url", db).output
+    keyed = cli("queues", "limit", "api", "--max-running-per-key", "1", "--database-url", db)
+    assert keyed.exit_code == 0, keyed.output
+    assert keyed.output.strip() == "queue api: active, at most 3 running, at most 1 running per key, at most 100 per 60 s started"
+    [api] = json.loads(cli("queues", "list", "--json", "--database-url", db).output)["queues"][:1]
+    assert (api["max_running"], api["max_running_per_key"]) == (3, 1)
+    header = cli("queues", "list", "--database-url", db).output.splitlines()[2]
+    assert "per key" in header
     cleared = cli("queues", "limit", "api", "--clear", "--database-url", db)
     assert cleared.exit_code == 0 and cleared.output.strip() == "queue api: active, no running limit"
-    assert [(s.name, s.paused, s.max_running) for s in repo.queue_states()] == [("api", False, None), ("mail", False, None)]
+    assert [(s.name, s.paused, s.max_running, s.max_running_per_key, s.rate_limit) for s in repo.queue_states()] == [
+        ("api", False, None, None, None), ("mail", False, None, None, None)]
 
 
 @pytest.mark.parametrize(
@@ -75,8 +83,11 @@ def test_pause_resume_limit_and_list(db: str, repo: SqlAlchemyJobRepository) -> 
         (["limit", "api", "--max-running", "0"], "tether: error: --max-running: must be an integer from 1 to 1,000,000, got 0"),
         (["limit", "api", "--max-running", "-2"], "tether: error: --max-running: must be an integer from 1 to 1,000,000, got -2"),
         (["limit", "api", "--max-running", "lots"], "tether: error: --max-running: must be an integer from 1 to 1,000,000, got 'lots'"),
-        (["limit", "api"], "tether: error: --max-running: give --max-running N, --rate N --per SECONDS, or --clear"),
-        (["limit", "api", "--max-running", "2", "--clear"], "tether: error: --max-running: give --max-running N, --rate N --per SECONDS, or --clear"),
+        (["limit", "api"], "tether: error: --max-running: give --max-running N, --max-running-per-key N, --rate N --per SECONDS, or --clear"),
+        (["limit", "api", "--max-running", "2", "--clear"], "tether: error: --max-running: give --max-running N, --max-running-per-key N, --rate N --per SECONDS, or --clear"),
+        (["limit", "api", "--max-running-per-key", "2", "--clear"], "tether: error: --max-running: give --max-running N"),
+        (["limit", "api", "--max-running-per-key", "0"], "tether: error: --max-running-per-key: must be an integer from 1 to 1,000,000, got 0"),
+        (["limit", "api", "--max-running-per-key", "1.5"], "tether: error: --max-running-per-key: must be an integer from 1 to 1,000,000, got '1.5'"),
         (["limit", "api", "--rate", "5"], "tether: error: --per: --rate and --per go together"),
         (["limit", "api", "--per", "5"], "tether: error: --rate: --rate and --per go together"),
         (["limit", "api", "--rate", "0", "--per", "5"], "tether: error: --rate: must be an integer from 1 to 1,000,000, got 0"),

@@ -47,7 +47,8 @@ def verdict(facts: JobFacts) -> tuple[str, str]:
 
 def test_the_rules_are_tried_in_this_order() -> None:
     assert [reason for reason, _ in RULES] == [
-        "completed", "dead", "running", "scheduled", "retrying", "paused", "no_worker", "limited", "rate_limited", "waiting", "next", "status"]
+        "completed", "dead", "running", "scheduled", "retrying", "paused", "no_worker", "limited", "key_limited", "rate_limited",
+        "waiting", "next", "status"]
 
 
 @pytest.mark.parametrize(
@@ -177,6 +178,29 @@ def test_a_queue_at_its_limit_is_the_reason_a_due_job_waits() -> None:
     assert full.fact("queue_running") == 3
     room = explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=state, queue_running=2))
     assert room.reason == "next"
+
+
+def test_a_key_at_the_per_key_limit_is_the_reason_a_due_job_waits() -> None:
+    from tether.domain.queues import QueueState
+
+    state = QueueState("default", max_running_per_key=1)
+    keyed = job(concurrency_key="customer-42")
+    full = explain(JobFacts(keyed, NOW, (worker(),), due_ahead=0, queue_state=state, key_running=1))
+    assert full.reason == "key_limited"
+    assert full.verdict == (
+        "waiting: 1 job of concurrency key customer-42 already running, the queue's per-key limit (at most 1 per key)"
+    )
+    assert (full.fact("concurrency_key"), full.fact("key_running"), full.fact("queue_max_running_per_key")) == (
+        "customer-42", 1, 1)
+    assert explain(JobFacts(keyed, NOW, (worker(),), due_ahead=0, queue_state=state, key_running=0)).reason == "next"
+    # no key, or a queue at its running limit first: that limit is the reason
+    assert explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=state, key_running=3)).reason == "next"
+    both = attrs.evolve(state, max_running=2)
+    assert explain(JobFacts(keyed, NOW, (worker(),), due_ahead=0, queue_state=both, queue_running=2,
+                            key_running=1)).reason == "limited"
+    two = explain(JobFacts(keyed, NOW, (worker(),), due_ahead=0, queue_state=attrs.evolve(state, max_running_per_key=2),
+                           key_running=2))
+    assert two.verdict.startswith("waiting: 2 jobs of concurrency key customer-42 already running")
 
 
 def test_a_spent_rate_window_is_the_reason_a_due_job_waits() -> None:

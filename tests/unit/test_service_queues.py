@@ -8,6 +8,7 @@ from tether.adapters.clock import FakeClock
 from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
 from tether.domain.workers import WorkerEntry
+from tether.entrypoints.requests import EnqueueRequest
 from tether.testing import fake_app
 
 
@@ -37,6 +38,57 @@ def test_queues_lists_controls_and_counts_and_explain_names_them() -> None:
     assert app.explain(api[3].id).reason == "rate_limited"
 
 
+def test_a_per_key_limit_through_the_api_and_explain_naming_it() -> None:
+    app = fake_app()
+    now = app.clock.now()
+    app.repository.record_worker(WorkerEntry(  # type: ignore[attr-defined]
+        worker_id="w-1", host="h", pid=1, queues=None, job_types=("api.call",), concurrency=4,
+        version="0", dispatcher="polling", heartbeat_interval=10.0, started_at=now, last_seen_at=now,
+    ))
+    state = app.limit_queue("api", max_running_per_key=1)
+    assert (state.max_running_per_key, state.max_running) == (1, None)
+    assert app.limit_queue("api", max_running=5).max_running_per_key == 1  # a limit not given stays
+    first, second = (app.enqueue("api.call", {"n": n}, queue="api", concurrency_key="customer-42").job for n in range(2))
+    other = app.enqueue_many([EnqueueRequest("api.call", {}, queue="api", concurrency_key="customer-7")])[0].job
+    free = app.enqueue("api.call", {}, queue="api").job
+    assert (first.concurrency_key, other.concurrency_key, free.concurrency_key) == ("customer-42", "customer-7", None)
+    leased = app.repository.lease(queues=["api"], worker_id="w", now=app.clock.now(), lease_timeout=60, limit=10)
+    assert sorted(j.id for j in leased) == sorted([first.id, other.id, free.id])
+    why = app.explain(second.id)
+    assert why.reason == "key_limited"
+    assert why.verdict.startswith("waiting: 1 job of concurrency key customer-42 already running, the queue's per-key limit")
+    [info] = [q for q in app.queues() if q.name == "api"]
+    assert (info.max_running, info.max_running_per_key) == (5, 1)
+    cleared = app.limit_queue("api", max_running_per_key=None)
+    assert (cleared.max_running_per_key, cleared.max_running) == (None, 5)
+
+
+def test_aenqueue_takes_a_concurrency_key() -> None:
+    import asyncio
+
+    app = fake_app()
+    job = asyncio.run(app.aenqueue("api.call", {}, queue="api", concurrency_key="customer-42")).job
+    assert app.repository.get(job.id).concurrency_key == "customer-42"
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda app: app.enqueue("x", {}, concurrency_key=""), "concurrency_key"),
+        (lambda app: app.enqueue("x", {}, concurrency_key="k" * 256), "concurrency_key"),
+        (lambda app: app.enqueue("x", {}, concurrency_key=42), "concurrency_key"),
+        (lambda app: app.enqueue_many([EnqueueRequest("x"), EnqueueRequest("x", concurrency_key="")]),
+         "requests[1].concurrency_key"),
+    ],
+)
+def test_a_bad_concurrency_key_names_its_field_and_stores_nothing(call, field: str) -> None:  # type: ignore[no-untyped-def]
+    app = fake_app()
+    with pytest.raises(ValidationError) as caught:
+        call(app)
+    assert caught.value.field == field
+    assert sum(app.repository.count_by_status().values()) == 0
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [
@@ -44,6 +96,10 @@ def test_queues_lists_controls_and_counts_and_explain_names_them() -> None:
         (lambda app: app.resume_queue("a b"), "queue"),
         (lambda app: app.limit_queue("api", max_running=0), "max_running"),
         (lambda app: app.limit_queue("api", max_running=-3), "max_running"),
+        (lambda app: app.limit_queue("api", max_running_per_key=0), "max_running_per_key"),
+        (lambda app: app.limit_queue("api", max_running_per_key=2.5), "max_running_per_key"),
+        (lambda app: app.limit_queue("api", max_running=3, max_running_per_key=0), "max_running_per_key"),
+        (lambda app: app.limit_queue("api"), "max_running"),
         (lambda app: app.rate_limit_queue("api", starts=0, per=10), "rate_limit"),
         (lambda app: app.rate_limit_queue("api", starts=5, per=0), "rate_period"),
         (lambda app: app.rate_limit_queue("api", starts=5), "rate_period"),

@@ -124,6 +124,12 @@ class AuditedJobRepository(JobRepository):
     def set_queue_limit(self, queue: str, max_running: int | None, *, now: datetime) -> QueueState:
         return self.inner.set_queue_limit(queue, max_running, now=now)
 
+    def set_queue_key_limit(self, queue: str, max_running_per_key: int | None, *, now: datetime) -> QueueState:
+        return self.inner.set_queue_key_limit(queue, max_running_per_key, now=now)
+
+    def count_running_by_key(self, queue: str, concurrency_key: str, *, now: datetime) -> int:
+        return self.inner.count_running_by_key(queue, concurrency_key, now=now)
+
     def set_queue_rate(self, queue: str, rate_limit: int | None, rate_period: float | None, *,
                        now: datetime) -> QueueState:
         return self.inner.set_queue_rate(queue, rate_limit, rate_period, now=now)

@@ -47,6 +47,7 @@ def row_to_job(row: Any) -> Job:
         cancel_requested_at=m["cancel_requested_at"],
         history=history,
         headers_json=m["headers"],
+        concurrency_key=m["concurrency_key"],
     )
 
 
@@ -76,6 +77,7 @@ def inserted_job(new_job: NewJob, job_id: int, now: datetime) -> Job:
         and type(n.max_attempts) is int
         and (n.idempotency_key is None or type(n.idempotency_key) is str)
         and (n.headers_json is None or type(n.headers_json) is str)
+        and (n.concurrency_key is None or type(n.concurrency_key) is str)
         and type(n.scheduled_at) is datetime
         and n.scheduled_at.tzinfo is UTC
         and type(now) is datetime
@@ -91,6 +93,7 @@ def inserted_job(new_job: NewJob, job_id: int, now: datetime) -> Job:
         scheduled_at=_plain_utc(n.scheduled_at),
         idempotency_key=None if n.idempotency_key is None else str(n.idempotency_key),
         headers_json=None if n.headers_json is None else str(n.headers_json),
+        concurrency_key=None if n.concurrency_key is None else str(n.concurrency_key),
     )
     return create(plain, job_id=job_id, now=_plain_utc(now))
 
@@ -109,6 +112,7 @@ def new_job_values(new_job: NewJob, now: datetime) -> dict[str, Any]:
         "created_at": now,
         "idempotency_key": new_job.idempotency_key,
         "headers": new_job.headers_json,
+        "concurrency_key": new_job.concurrency_key,
     }
 
 

@@ -48,7 +48,7 @@ class SharedFields(NamedTuple):
 
 def shared_fields(new_jobs: Sequence[NewJob], now: datetime) -> SharedFields | None:
     """The fields all of ``new_jobs`` share when the batch can take the "alike" statement: no
-    idempotency key, no headers, exact-``str`` payloads, and one job type, queue, priority, max attempts and
+    idempotency key, no headers, no concurrency key, exact-``str`` payloads, and one job type, queue, priority, max attempts and
     ``scheduled_at``; else None (the general statement handles it).
 
     The shared values must be of the exact types the database hands back (``str``, ``int``, a
@@ -65,7 +65,8 @@ def shared_fields(new_jobs: Sequence[NewJob], now: datetime) -> SharedFields | N
             and type(due) is datetime and due.tzinfo is UTC):
         return None
     for n in new_jobs:  # identity first: bulk requests share the very same objects
-        if n.idempotency_key is not None or n.headers_json is not None or type(n.payload_json) is not str:
+        if (n.idempotency_key is not None or n.headers_json is not None or n.concurrency_key is not None
+                or type(n.payload_json) is not str):
             return None
         value: object = n.job_type
         if value is not job_type and not (type(value) is str and value == job_type):
@@ -126,11 +127,11 @@ def general_statement(table: str, *, keyed: bool) -> str:
     NOT NULL DO NOTHING``: the conflict target is the partial unique index of :mod:`.schema`).
     Rows back: ``(id, idempotency_key)`` of each row inserted."""
     return (
-        f"INSERT INTO {table} ({_COLUMNS}, headers) "
+        f"INSERT INTO {table} ({_COLUMNS}, headers, concurrency_key) "
         "SELECT u.t, u.q, u.p, u.r, 'queued', 0, u.m, COALESCE(u.s, CAST(:now AS timestamptz)), "
-        "CAST(:now AS timestamptz), u.k, u.h "
+        "CAST(:now AS timestamptz), u.k, u.h, u.c "
         "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (t text, q text, p text, "
-        "r integer, m integer, s timestamptz, k text, h text)) WITH ORDINALITY AS u(t, q, p, r, m, s, k, h, n) "
+        "r integer, m integer, s timestamptz, k text, h text, c text)) WITH ORDINALITY AS u(t, q, p, r, m, s, k, h, c, n) "
         "ORDER BY u.n " + (f"ON CONFLICT (idempotency_key) WHERE {KEYED_PREDICATE} DO NOTHING " if keyed else "")
         + "RETURNING id, idempotency_key"
     )
@@ -141,7 +142,7 @@ def general_params(new_jobs: Sequence[NewJob], now: datetime) -> tuple[dict[str,
 
     Payloads are JSON strings holding the canonical text (no NUL: the domain rejects it); times
     are ISO 8601 with microseconds and offset; a ``scheduled_at`` equal to ``now`` is left out
-    (``COALESCE`` to ``:now``), as is a missing key or header text (null)."""
+    (``COALESCE`` to ``:now``), as is a missing key, header text or concurrency key (null)."""
     rows: list[dict[str, Any]] = []
     keyed = False
     for new_job in new_jobs:
@@ -154,6 +155,8 @@ def general_params(new_jobs: Sequence[NewJob], now: datetime) -> tuple[dict[str,
             keyed = True
         if new_job.headers_json is not None:
             row["h"] = new_job.headers_json
+        if new_job.concurrency_key is not None:
+            row["c"] = new_job.concurrency_key
         rows.append(row)
     return {"rows": _DOCUMENT.encode(rows), "now": now}, keyed
 

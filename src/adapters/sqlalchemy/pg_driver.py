@@ -68,7 +68,7 @@ _STATUSES = {status.value: status for status in JobStatus}
 JOB_COLUMNS = (
     "id", "job_type", "queue", "payload", "priority", "status", "attempts", "max_attempts", "scheduled_at",
     "created_at", "idempotency_key", "lease_token", "leased_by", "leased_at", "lease_expires_at", "last_error",
-    "finished_at", "cancel_requested_at", "history", "headers",
+    "finished_at", "cancel_requested_at", "history", "headers", "concurrency_key",
 )
 
 
@@ -79,7 +79,7 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 def job_from_tuple(row: Sequence[Any]) -> Job:
-    """The :class:`Job` of the first 20 columns of a raw row, in :data:`JOB_COLUMNS` order
+    """The :class:`Job` of the first 21 columns of a raw row, in :data:`JOB_COLUMNS` order
     (what :func:`~tether.adapters.sqlalchemy.mapping.row_to_job` gives, without SQLAlchemy's
     per-column result processing: psycopg already returns ``int``/``str``/aware datetimes)."""
     status = _STATUSES[row[5]]
@@ -93,6 +93,7 @@ def job_from_tuple(row: Sequence[Any]) -> Job:
         idempotency_key=row[10], lease_token=row[11], leased_by=leased_by, leased_at=leased_at,
         lease_expires_at=_utc(row[14]), last_error=row[15], finished_at=finished_at,
         cancel_requested_at=_utc(row[17]), history=history, headers_json=row[19],
+        concurrency_key=row[20],
     )
 
 

@@ -58,14 +58,14 @@ class PgEnqueue(PgWakeups):
         self._analyzed_at: float | None = None
 
     def enqueue(self, new_job: NewJob, *, now: datetime, connection: Any = None) -> EnqueueResult:
-        """As the base class.  The common case, no idempotency key and no caller's transaction, is
+        """As the base class.  The common case, no idempotency or concurrency key and no caller's transaction, is
         one prepared ``INSERT ... RETURNING id`` sent straight on a pooled psycopg connection
         (:mod:`.pg_driver`), and the job is built from the request (:func:`.mapping.inserted_job`):
         the shortest path from ``enqueue`` to a committed row, which is most of a job's start latency.
         Under the async API (a bound connection, :func:`.transactions.run_bound`) the same statement
         runs on that connection."""
         bound = bound_connection()
-        if connection is not None or new_job.idempotency_key is not None:
+        if connection is not None or new_job.idempotency_key is not None or new_job.concurrency_key is not None:
             return super().enqueue(new_job, now=now, connection=connection)
         now = ensure_utc(now, "now")
         ensure_utc(new_job.scheduled_at, "scheduled_at")

@@ -38,6 +38,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Text, cast, func, literal, select, text
 from sqlalchemy.engine import Connection, Row
+from tether.adapters.sqlalchemy import pg_key_limits
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.pg_connections import PgConnections
 from tether.adapters.sqlalchemy.pg_driver import JOB_COLUMNS, job_from_tuple
@@ -72,14 +73,18 @@ class PgLeases(PgConnections):
         out; ``limited`` (``p_queue``) and ``limited_id`` (``p_queue``, ``p_id``): one limited
         queue, at most its free slots (its ``max_running`` less its running jobs with unexpired
         leases at ``p_now``, and its ``rate_limit`` less its starts in the rate window of
-        ``p_now_us``; none when it is paused or no longer limited)."""
+        ``p_now_us``; none when it is paused or no longer limited, or has a per-key limit);
+        ``limited_key`` and ``limited_key_id``: the same for a queue with a per-key limit, each
+        key within its ``max_running_per_key`` (:mod:`.pg_key_limits`)."""
         table = self._qualified_table
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
         controls = self._qualified_name(self.queues_table.name)
         queue_filter = {"all": "", "one": " AND queue = %(p_queue)s", "listed": " AND queue = q.name",
                         "many": " AND queue = ANY(CAST(%(p_queues)s AS text[]))",
-                        "limited": " AND queue = %(p_queue)s",
-                        "limited_id": " AND queue = %(p_queue)s AND id = %(p_id)s"}[shape]
+                        "limited": " AND queue = %(p_queue)s", "limited_key": " AND queue = %(p_queue)s",
+                        "limited_id": " AND queue = %(p_queue)s AND id = %(p_id)s",
+                        "limited_key_id": " AND queue = %(p_queue)s AND id = %(p_id)s"}[shape]
+        keyed = shape.startswith("limited_key")
         free_slots = None
         if shape.startswith("limited"):
             running = (
@@ -87,14 +92,20 @@ class PgLeases(PgConnections):
                 "AND lease_expires_at > %(p_now)s"
             )
             window = "(%(p_now_us)s / c.rate_period_us) * c.rate_period_us"
-            room = (
-                "SELECT GREATEST(LEAST("
-                f"CASE WHEN c.max_running IS NULL THEN NULL ELSE c.max_running - ({running}) END, "
+            least = (
+                f"LEAST(CASE WHEN c.max_running IS NULL THEN NULL ELSE c.max_running - ({running}) END, "
                 "CASE WHEN c.rate_limit IS NULL THEN NULL ELSE c.rate_limit - "
-                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) END), 0) "
-                f"FROM {controls} AS c WHERE c.name = %(p_queue)s AND NOT c.paused "
-                "AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)"
+                f"(CASE WHEN c.window_start_us = {window} THEN c.window_starts ELSE 0 END) END)"
             )
+            if keyed:  # only a per-key limit: p_limit, the key rule cuts the rows
+                room = pg_key_limits.room(controls, least)
+                queue_filter += pg_key_limits.key_filter(table, controls)
+            else:  # a per-key limit set since the list of limited queues was read: nothing yet
+                room = (
+                    f"SELECT GREATEST({least}, 0) "
+                    f"FROM {controls} AS c WHERE c.name = %(p_queue)s AND NOT c.paused "
+                    "AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL) AND c.max_running_per_key IS NULL"
+                )
             free_slots = f"COALESCE(({room}), 0)"
         else:
             queue_filter += f" AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE})"
@@ -115,6 +126,7 @@ class PgLeases(PgConnections):
             # The free slots cut the p_limit rows down afterwards: a LIMIT the planner cannot read
             # would make it expect a tenth of the table and hash-join all of it.
             chosen = (
+                pg_key_limits.ranked_chosen(table, controls, due, free_slots) if keyed else
                 f"SELECT picked.id FROM (SELECT id, priority, scheduled_at {due}) AS picked "
                 f"ORDER BY picked.priority DESC, picked.scheduled_at, picked.id LIMIT {free_slots}"
             )
@@ -213,7 +225,8 @@ class PgLeases(PgConnections):
         """The limited-queue lease as one simple query of two statements, an implicit transaction:
         lock the queue's row, then (a new statement, so a new snapshot that sees every lease
         committed before the lock was granted) count its running jobs and lease at most the
-        remainder (:meth:`_lease_parts` shape ``limited``/``limited_id``), counting the leases in
+        remainder (:meth:`_lease_parts` shape ``limited``/``limited_id``, ``limited_key``/``limited_key_id``
+        for a queue with a per-key limit), counting the leases in
         the queue's rate window (``window_start_us``, ``window_starts``) in the same statement."""
         key = ("limited_sql", shape, skip)
         sql = self._statements.get(key)
@@ -240,7 +253,8 @@ class PgLeases(PgConnections):
         go in one simple query (parameters bound client-side), which PostgreSQL runs as one
         transaction, so the queue's row stays locked only while the server runs them.  A reply
         lost while it commits is read back by the lease's secret."""
-        sql = self._limited_sql("limited" if job_id is None else "limited_id", bool(skip))
+        shape = "limited_key" if queue in self._keyed_limited else "limited"
+        sql = self._limited_sql(shape if job_id is None else f"{shape}_id", bool(skip))
         params: dict[str, Any] = {
             **self._lease_params([queue], worker_id, now, lease_timeout, limit), "p_queue": queue, "p_id": job_id,
             "p_now_us": to_micros(now),

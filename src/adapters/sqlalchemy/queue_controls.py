@@ -1,4 +1,4 @@
-"""Queue controls on the SQL repository: ``tether_queues`` (pause, running limit) and the limited-queue lease path.
+"""Queue controls on the SQL repository: ``tether_queues`` (pause, limits) and the limited-queue lease path.
 
 - **Writes** (:meth:`SqlQueueControls.set_queue_paused`, :meth:`~SqlQueueControls.set_queue_limit`):
   one upsert of the queue's row, in a transaction of its own.
@@ -12,7 +12,8 @@
   already holds the database), then, in a new statement that sees every lease committed before the
   lock was granted, count the queue's running jobs with unexpired leases, and lease at most the
   remainder, and at most what is left of the rate window's starts (``window_starts`` of the
-  window at ``window_start_us``, updated by the same transaction).  Two workers can therefore never overshoot the limit; a completion or a reap only
+  window at ``window_start_us``, updated by the same transaction), and, with a per-key limit, at
+  most each key's remainder (:mod:`.key_limits`).  Two workers can therefore never overshoot the limit; a completion or a reap only
   frees slots, so a stale count can only under-use them.
 - **Which queues are limited** (:meth:`SqlQueueControls._limited_queues`): read from the table,
   on PostgreSQL at most once per :data:`LIMITED_REFRESH_SECONDS` per repository (and at once
@@ -31,8 +32,8 @@ from typing import Any
 from sqlalchemy import Integer, Table, bindparam, func, not_, or_, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql import ColumnElement
+from tether.adapters.sqlalchemy.key_limits import SqlKeyLimits
 from tether.adapters.sqlalchemy.mapping import row_to_job
-from tether.adapters.sqlalchemy.reads import SqlReads
 from tether.adapters.sqlalchemy.schema import status_is
 from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.job import Job, JobStatus
@@ -40,6 +41,7 @@ from tether.domain.queues import (
     QueueState,
     lease_room,
     validate_max_running,
+    validate_max_running_per_key,
     validate_queue_name,
     validate_rate,
     window_start_micros,
@@ -50,7 +52,7 @@ from tether.domain.timeutil import ensure_utc, from_micros
 LIMITED_REFRESH_SECONDS = 1.0
 
 
-class SqlQueueControls(SqlReads):
+class SqlQueueControls(SqlKeyLimits):
     """Queue controls on ``tether_queues`` and the building blocks of the limited-queue lease path."""
 
     queues_table: Table
@@ -64,7 +66,8 @@ class SqlQueueControls(SqlReads):
         columns; the row as written."""
         q = self.queues_table
         values = {"name": name, "paused": False, "max_running": None, "updated_at": now, "rate_limit": None,
-                  "rate_period_us": None, "window_start_us": None, "window_starts": 0, **changes}
+                  "rate_period_us": None, "window_start_us": None, "window_starts": 0, "max_running_per_key": None,
+                  **changes}
         insert = self._dialect_insert()(q).values(**values)
         stmt = insert.on_conflict_do_update(index_elements=[q.c.name], set_={**changes, "updated_at": now})
         conn.execute(stmt)
@@ -97,6 +100,13 @@ class SqlQueueControls(SqlReads):
         limit = None if max_running is None else validate_max_running(max_running)
         now = ensure_utc(now, "now")
         return self._write_queue("limit a queue", name, now, {"max_running": limit})
+
+    def set_queue_key_limit(self, queue: str, max_running_per_key: int | None, *, now: datetime) -> QueueState:
+        """One upsert of the queue's ``max_running_per_key`` (None clears it); the state as written."""
+        name = validate_queue_name(queue)
+        limit = None if max_running_per_key is None else validate_max_running_per_key(max_running_per_key)
+        now = ensure_utc(now, "now")
+        return self._write_queue("limit a queue per key", name, now, {"max_running_per_key": limit})
 
     def set_queue_rate(
         self, queue: str, rate_limit: int | None, rate_period: float | None, *, now: datetime
@@ -136,7 +146,9 @@ class SqlQueueControls(SqlReads):
     def _unrestricted(self) -> ColumnElement[bool]:
         """``queue NOT IN (restricted queues)``: the plain lease path's filter."""
         q = self.queues_table
-        restricted = select(q.c.name).where(or_(q.c.paused, q.c.max_running.is_not(None), q.c.rate_limit.is_not(None)))
+        restricted = select(q.c.name).where(
+            or_(q.c.paused, q.c.max_running.is_not(None), q.c.rate_limit.is_not(None), q.c.max_running_per_key.is_not(None))
+        )
         return self.table.c.queue.not_in(restricted)
 
     def _not_paused(self) -> ColumnElement[bool]:
@@ -145,15 +157,15 @@ class SqlQueueControls(SqlReads):
         return self.table.c.queue.not_in(select(q.c.name).where(q.c.paused))
 
     _limited_cache: tuple[float, tuple[str, ...]] | None = None
+    #: The limited queues with a per-key limit, as the last read of the limited queues found them.
+    _keyed_limited: frozenset[str] = frozenset()
 
     def _read_limited(self, conn: Connection) -> tuple[str, ...]:
         q = self.queues_table
-        stmt = (
-            select(q.c.name)
-            .where(or_(q.c.max_running.is_not(None), q.c.rate_limit.is_not(None)), not_(q.c.paused))
-            .order_by(q.c.name)
-        )
-        return tuple(conn.execute(stmt).scalars())
+        stmt = select(q.c.name, q.c.max_running_per_key).where(_limited(q), not_(q.c.paused)).order_by(q.c.name)
+        rows = list(conn.execute(stmt))
+        self._keyed_limited = frozenset(name for name, per_key in rows if per_key is not None)
+        return tuple(name for name, _ in rows)
 
     def _limited_queues(
         self, queues: Sequence[str] | None, conn: Connection | None = None, *, listed: bool = False
@@ -274,7 +286,8 @@ class SqlQueueControls(SqlReads):
         path serves it then)."""
         q = self.queues_table
         control = conn.execute(select(q).where(q.c.name == queue).with_for_update()).first()
-        if control is None or (control.max_running is None and control.rate_limit is None):
+        if control is None or (control.max_running is None and control.rate_limit is None
+                               and control.max_running_per_key is None):
             return []
         state = _state(control)
         running = started = 0
@@ -286,13 +299,17 @@ class SqlQueueControls(SqlReads):
             window = window_start_micros(now, period)
             started = int(control.window_starts) if control.window_start_us == window else 0
         room = lease_room(state, running, started)
-        if not room:
+        if room == 0 or state.paused:
             return []
         params = {"p_now": now, "p_expires": expires, "p_worker": worker_id, **(extra or {})}
-        if job_id is not None:
+        if state.max_running_per_key is not None:
+            rows = self._lease_within_key_limit(
+                conn, queue, state.max_running_per_key, room=room, limit=limit, params=params, job_id=job_id, skip=skip,
+            )
+        elif job_id is not None:
             rows = list(conn.execute(self._limited_by_id_statement(), {**params, "p_id": job_id}))
         else:
-            params.update(p_queue=queue, p_limit=min(limit, room))
+            params.update(p_queue=queue, p_limit=limit if room is None else min(limit, room))
             if skip:
                 params["p_skip"] = list(skip)
             rows = list(conn.execute(self._limited_statement(bool(skip)), params))
@@ -382,7 +399,13 @@ def _state(row: Any) -> QueueState:
         rate_period=None if row.rate_period_us is None else int(row.rate_period_us) / 1_000_000,
         window_start=None if row.window_start_us is None else from_micros(int(row.window_start_us)),
         window_starts=int(row.window_starts),
+        max_running_per_key=None if row.max_running_per_key is None else int(row.max_running_per_key),
     )
+
+
+def _limited(q: Table) -> ColumnElement[bool]:
+    """The queue rows that send their jobs to the limited-queue path."""
+    return or_(q.c.max_running.is_not(None), q.c.rate_limit.is_not(None), q.c.max_running_per_key.is_not(None))
 
 
 __all__ = ["LIMITED_REFRESH_SECONDS", "SqlQueueControls"]

@@ -17,6 +17,9 @@ Indexes (all partial, so they stay as small as the live part of the queue, case 
   ``status IN ('queued', 'retrying')``: the lease query with and without a queue filter reads
   them in lease order and stops after ``limit`` rows, whatever number of finished rows exist;
 - ``ix_tether_jobs_running_expiry`` on ``lease_expires_at`` over ``status = 'running'``: the reaper;
+- ``ix_tether_jobs_running_key`` on ``(queue, concurrency_key, lease_expires_at)`` over ``status =
+  'running' AND concurrency_key IS NOT NULL``: a per-key limited lease counts the running jobs of
+  each key from it alone (an index-only range per key); jobs without a key never enter it;
 - ``ix_tether_jobs_finished`` on ``finished_at`` over ``finished_at IS NOT NULL``: purge;
 - ``ux_tether_jobs_idempotency_key``, UNIQUE on ``idempotency_key`` over ``idempotency_key IS NOT
   NULL``: a key is stored at most once, and the many jobs without a key cost this index nothing.
@@ -67,14 +70,16 @@ TABLE_NAME = "tether_jobs"
 WORKERS_TABLE_NAME = "tether_workers"
 SCHEDULES_TABLE_NAME = "tether_schedules"
 QUEUES_TABLE_NAME = "tether_queues"
-#: A queue row that sends its jobs off the plain lease path (shared with revision 0008).
-RESTRICTED_PREDICATE = "paused OR max_running IS NOT NULL OR rate_limit IS NOT NULL"
+#: A queue row that sends its jobs off the plain lease path.
+RESTRICTED_PREDICATE = "paused OR max_running IS NOT NULL OR rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL"
 MAX_RUNNING_CHECK = "max_running IS NULL OR max_running >= 1"
+MAX_RUNNING_PER_KEY_CHECK = "max_running_per_key IS NULL OR max_running_per_key >= 1"
 RATE_CHECK = "(rate_limit IS NULL) = (rate_period_us IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period_us >= 1000))"
 LEASABLE_PREDICATE = "status IN ('queued', 'retrying')"
 RUNNING_PREDICATE = "status = 'running'"
 FINISHED_PREDICATE = "finished_at IS NOT NULL"
 KEYED_PREDICATE = "idempotency_key IS NOT NULL"
+RUNNING_KEY_PREDICATE = "status = 'running' AND concurrency_key IS NOT NULL"
 #: The CHECK constraints' SQL, shared with the Alembic revisions that create them (same text).
 STATUS_CHECK = "status IN ('queued', 'running', 'retrying', 'completed', 'dead', 'cancelled')"
 CANCEL_REQUEST_CHECK = "cancel_requested_at IS NULL OR status IN ('running', 'cancelled')"
@@ -83,6 +88,7 @@ LEASABLE_INDEX = "ix_tether_jobs_leasable"
 RUNNING_INDEX = "ix_tether_jobs_running_expiry"
 FINISHED_INDEX = "ix_tether_jobs_finished"
 IDEMPOTENCY_KEY_INDEX = "ux_tether_jobs_idempotency_key"
+RUNNING_KEY_INDEX = "ix_tether_jobs_running_key"
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -146,6 +152,7 @@ def build_jobs_table(metadata: MetaData) -> Table:
         Column("cancel_requested_at", UtcDateTime(), nullable=True),
         Column("history", HistoryJson(), nullable=True),
         Column("headers", Text(), nullable=True),
+        Column("concurrency_key", String(255), nullable=True),
         CheckConstraint(STATUS_CHECK, name="ck_tether_jobs_status"),
         CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="ck_tether_jobs_attempts"),
         CheckConstraint(
@@ -173,6 +180,10 @@ def build_jobs_table(metadata: MetaData) -> Table:
         sqlite_where=leasable,
     )
     Index(RUNNING_INDEX, c.lease_expires_at, postgresql_where=text(RUNNING_PREDICATE), sqlite_where=text(RUNNING_PREDICATE))
+    Index(
+        RUNNING_KEY_INDEX, c.queue, c.concurrency_key, c.lease_expires_at,
+        postgresql_where=text(RUNNING_KEY_PREDICATE), sqlite_where=text(RUNNING_KEY_PREDICATE),
+    )
     Index(
         FINISHED_INDEX, c.finished_at, postgresql_where=text(FINISHED_PREDICATE), sqlite_where=text(FINISHED_PREDICATE)
     )
@@ -237,7 +248,8 @@ def build_queues_table(metadata: MetaData) -> Table:
     ``paused`` stops leases of the queue; ``max_running`` (NULL: no limit) caps its running jobs;
     ``rate_limit`` starts per ``rate_period_us`` microseconds (both NULL: no rate limit), counted
     in ``window_starts`` for the window starting at ``window_start_us`` (microseconds since the
-    Unix epoch, a multiple of the period)."""
+    Unix epoch, a multiple of the period); ``max_running_per_key`` (NULL: none) caps its running
+    jobs that share a ``concurrency_key``."""
     return Table(
         QUEUES_TABLE_NAME,
         metadata,
@@ -249,8 +261,10 @@ def build_queues_table(metadata: MetaData) -> Table:
         Column("rate_period_us", BigInteger(), nullable=True),
         Column("window_start_us", BigInteger(), nullable=True),
         Column("window_starts", Integer(), nullable=False),
+        Column("max_running_per_key", Integer(), nullable=True),
         CheckConstraint(MAX_RUNNING_CHECK, name="ck_tether_queues_max_running"),
         CheckConstraint(RATE_CHECK, name="ck_tether_queues_rate"),
+        CheckConstraint(MAX_RUNNING_PER_KEY_CHECK, name="ck_tether_queues_max_running_per_key"),
     )
 
 
@@ -285,10 +299,13 @@ __all__ = [
     "LEASABLE_INDEX",
     "LEASABLE_QUEUE_INDEX",
     "MAX_RUNNING_CHECK",
+    "MAX_RUNNING_PER_KEY_CHECK",
     "QUEUES_TABLE_NAME",
     "RATE_CHECK",
     "RESTRICTED_PREDICATE",
     "RUNNING_INDEX",
+    "RUNNING_KEY_INDEX",
+    "RUNNING_KEY_PREDICATE",
     "SCHEDULES_TABLE_NAME",
     "STATUS_CHECK",
     "TABLE_NAME",

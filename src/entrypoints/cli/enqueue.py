@@ -105,6 +105,10 @@ def enqueue(
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", "-k", help="Enqueue at most once per key (until purged).")
     ] = None,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option("--concurrency-key", help="The key the queue's per-key running limit counts the job under (1-255 characters)."),
+    ] = None,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
@@ -134,6 +138,7 @@ def enqueue(
         max_attempts=max_attempts if max_attempts is not None else 1,
         idempotency_key=idempotency_key,
         max_payload_bytes=settings.max_payload_bytes,
+        concurrency_key=concurrency_key,
     )
     with open_app(settings, create=True) as tether_app:
         result = tether_app.enqueue(
@@ -145,6 +150,7 @@ def enqueue(
             delay=delay,
             max_attempts=max_attempts,
             idempotency_key=idempotency_key,
+            concurrency_key=concurrency_key,
         )
         note = redis_workers_note(tether_app, result.job.queue) if settings.redis_url is None and result.created else None
     job = result.job

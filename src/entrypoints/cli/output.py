@@ -76,6 +76,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "finished_at": iso(job.finished_at),
         "cancel_requested_at": iso(job.cancel_requested_at),
         "idempotency_key": job.idempotency_key,
+        "concurrency_key": job.concurrency_key,
         "leased_by": job.leased_by,
         "lease_expires_at": iso(job.lease_expires_at),
         "last_error": job.last_error,

@@ -43,6 +43,7 @@ def info_to_dict(info: QueueInfo) -> dict[str, object]:
         "name": info.name,
         "paused": info.paused,
         "max_running": info.max_running,
+        "max_running_per_key": info.max_running_per_key,
         "rate_limit": info.rate_limit,
         "rate_period": info.rate_period,
         "counts": {status.value: n for status, n in info.counts.items()},
@@ -52,7 +53,7 @@ def info_to_dict(info: QueueInfo) -> dict[str, object]:
 def state_to_dict(state: QueueState) -> dict[str, object]:
     """``state`` as JSON-ready values."""
     return {"name": state.name, "paused": state.paused, "max_running": state.max_running,
-            "rate_limit": state.rate_limit, "rate_period": state.rate_period, "updated_at": iso(state.updated_at)}
+            "max_running_per_key": state.max_running_per_key, "rate_limit": state.rate_limit, "rate_period": state.rate_period, "updated_at": iso(state.updated_at)}
 
 
 def rate_text(rate_limit: int | None, rate_period: float | None) -> str:
@@ -62,8 +63,9 @@ def rate_text(rate_limit: int | None, rate_period: float | None) -> str:
 
 def _describe(state: QueueState) -> str:
     limit = "no running limit" if state.max_running is None else f"at most {state.max_running:,} running"
+    per_key = "" if state.max_running_per_key is None else f", at most {state.max_running_per_key:,} running per key"
     rate = "" if state.rate_limit is None else f", at most {rate_text(state.rate_limit, state.rate_period)} started"
-    return f"queue {state.name}: {'paused' if state.paused else 'active'}, {limit}{rate}"
+    return f"queue {state.name}: {'paused' if state.paused else 'active'}, {limit}{per_key}{rate}"
 
 
 def _report(state: QueueState, as_json: bool) -> None:
@@ -75,7 +77,7 @@ def _report(state: QueueState, as_json: bool) -> None:
 
 @queues_app.command("list", cls=FlagNamingCommand)
 def queues_list(database_url: DatabaseUrl = None, schema: Schema = None, as_json: AsJson = False) -> None:
-    """List every queue that holds jobs or has controls: its counts, paused flag and running limit."""
+    """List every queue that holds jobs or has controls: its counts, paused flag and limits."""
     settings = load_settings(database_url=database_url, schema=schema)
     with open_app(settings) as tether_app:
         infos = tether_app.queues()
@@ -87,12 +89,14 @@ def queues_list(database_url: DatabaseUrl = None, schema: Schema = None, as_json
     table.add_column("queue", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("max running", justify="right", no_wrap=True)
+    table.add_column("per key", justify="right", no_wrap=True)
     table.add_column("rate", justify="right", no_wrap=True)
     for status in JobStatus:
         table.add_column(status.value, justify="right", no_wrap=True)
     for info in infos:
         table.add_row(
             info.name, "paused" if info.paused else "active", "-" if info.max_running is None else f"{info.max_running:,}",
+            "-" if info.max_running_per_key is None else f"{info.max_running_per_key:,}",
             rate_text(info.rate_limit, info.rate_period),
             *(f"{info.counts.get(s, 0):,}" for s in JobStatus),
         )
@@ -139,6 +143,13 @@ def queues_limit(
             help="Most jobs of the queue running at once across every worker.",
         ),
     ] = None,
+    max_running_per_key: Annotated[
+        int | None,
+        typer.Option(
+            "--max-running-per-key", parser=integer(1, MAX_RUNNING_LIMIT), metavar="N", show_default=False,
+            help="Most jobs of the queue with the same concurrency key running at once across every worker.",
+        ),
+    ] = None,
     rate_limit: Annotated[
         int | None,
         typer.Option(
@@ -153,7 +164,9 @@ def queues_limit(
             help="The rate window (fixed windows: multiples of it since the Unix epoch).",
         ),
     ] = None,
-    clear: Annotated[bool, typer.Option("--clear", help="Remove the queue's running limit and rate limit.")] = False,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Remove the queue's running limit, per-key running limit and rate limit.")
+    ] = False,
     database_url: DatabaseUrl = None,
     redis_url: RedisUrl = None,
     redis_prefix: RedisPrefix = None,
@@ -161,11 +174,14 @@ def queues_limit(
     schema: Schema = None,
     as_json: AsJson = False,
 ) -> None:
-    """Set a queue's running limit (--max-running N) and/or rate limit (--rate N --per SECONDS), or
-    remove both (--clear); the limits hold across every worker."""
-    given = max_running is not None or rate_limit is not None or rate_period is not None
+    """Set a queue's running limit (--max-running N), per-key running limit (--max-running-per-key N)
+    and/or rate limit (--rate N --per SECONDS), or remove them all (--clear); the limits hold
+    across every worker."""
+    given = any(v is not None for v in (max_running, max_running_per_key, rate_limit, rate_period))
     if clear == given:
-        raise ValidationError("max_running", "give --max-running N, --rate N --per SECONDS, or --clear")
+        raise ValidationError(
+            "max_running", "give --max-running N, --max-running-per-key N, --rate N --per SECONDS, or --clear"
+        )
     if (rate_limit is None) != (rate_period is None):
         raise ValidationError("rate_period" if rate_period is None else "rate_limit", "--rate and --per go together")
     validate_queue_name(queue)
@@ -176,8 +192,13 @@ def queues_limit(
     )
     with open_app(settings) as tether_app:
         state = None
-        if clear or max_running is not None:
-            state = tether_app.limit_queue(queue, max_running=max_running)
+        if clear:
+            state = tether_app.limit_queue(queue, max_running=None, max_running_per_key=None)
+        elif max_running is not None or max_running_per_key is not None:
+            limits = {"max_running": max_running} if max_running is not None else {}
+            if max_running_per_key is not None:
+                limits["max_running_per_key"] = max_running_per_key
+            state = tether_app.limit_queue(queue, **limits)
         if clear or rate_limit is not None:
             state = tether_app.rate_limit_queue(queue, starts=rate_limit, per=rate_period)
         assert state is not None

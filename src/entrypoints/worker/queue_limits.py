@@ -131,7 +131,7 @@ class QueueLimits:
         announce the queue's freed slots unless it was announced less than
         :data:`ANNOUNCE_INTERVAL` ago; never raises."""
         state = self._states.get(job.queue)
-        if state is None or state.max_running is None or state.paused:
+        if state is None or state.paused or (state.max_running is None and state.max_running_per_key is None):
             return
         with self._freed_lock:
             self._freed[job.queue] = self._freed.get(job.queue, 0) + 1

@@ -20,7 +20,8 @@ and queue filters, lease-by-id, heartbeats, release, fenced batch completion (``
 uniqueness, the time rule, and the accepted ranges of numbers, times and text
 (:mod:`~tether.testing.contract.limits`); an operator's cancel (one job or by filter) and the holder's snooze,
 with cancels racing leases, completions (single and batch), failures, heartbeats and the reaper; the
-attempt history each outcome write appends to (:mod:`~tether.testing.contract.history`).  Every time comes from the fake clock.  Slow backends may lower the
+attempt history each outcome write appends to (:mod:`~tether.testing.contract.history`); queue
+controls and per-key running limits (:mod:`~tether.testing.contract.key_limits`).  Every time comes from the fake clock.  Slow backends may lower the
 knobs documented on :class:`~tether.testing.contract.support.ContractSupport`
 (``concurrent_enqueuers``, ``token_reuse_leases``, ``reap_race_jobs``, ``cancel_race_jobs``, ...).
 """
@@ -31,6 +32,7 @@ from tether.testing.contract.batch import BatchCompletionContract
 from tether.testing.contract.cancellation import CancellationContract
 from tether.testing.contract.enqueue import EnqueueContract
 from tether.testing.contract.history import HistoryContract
+from tether.testing.contract.key_limits import KeyLimitContract
 from tether.testing.contract.leases import LeaseContract
 from tether.testing.contract.limits import LimitContract
 from tether.testing.contract.queue_controls import QueueControlContract
@@ -48,6 +50,7 @@ class RepositoryContract(
     ReadContract,
     LimitContract,
     QueueControlContract,
+    KeyLimitContract,
 ):
     """The whole repository contract.  No ``Test`` prefix: pytest collects only your subclass."""
 

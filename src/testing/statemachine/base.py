@@ -34,6 +34,10 @@ QUEUES = ("q1", "q2")
 QUEUE_FILTERS: tuple[tuple[str, ...] | None, ...] = (None, ("q1",), ("q2",), ("q1", "q2"))
 WORKERS = ("w1", "w2", "host-1")
 KEYS = ("k1", "k2", "k3")
+#: The concurrency keys of the jobs, by their serial in turn (no draw of its own, so the histories
+#: the budget reaches stay as they were): the first two jobs share a key, so a per-key limit binds
+#: early in a history; then another key, and a job without one.
+CONCURRENCY_KEYS = (None, "c1", "c1", "c2")
 #: The holder's writes (``snooze`` gives the job back due ``retry_delay`` seconds later;
 #: ``time_out`` is a failure with a time limit's error).
 WRITES = ("complete", "fail", "fail_permanent", "time_out", "dead_letter", "heartbeat", "release", "snooze")
@@ -50,9 +54,9 @@ keys = st.one_of(st.none(), st.sampled_from(KEYS))
 steps = st.sampled_from([0.5, 1, 5, 30, 59, 61, 120])
 retry_delays = st.sampled_from([0, 1, 2, 30])
 #: A lease's change of its first queue's controls: a running limit (1 to 3, so it binds often),
-#: a rate limit ``(starts, per seconds)`` (one start a minute: windows the clock steps cross), ``"clear"`` (both
-#: lifted), or none (None).
-running_limits = st.sampled_from([None, "clear", 1, 2, 3, (1, 60.0)])
+#: a rate limit ``(starts, per seconds)`` (one start a minute: windows the clock steps cross), a
+#: per-key running limit ``("per_key", n)``, ``"clear"`` (all lifted), or none (None).
+running_limits = st.sampled_from([None, "clear", 1, 2, 3, (1, 60.0), ("per_key", 1)])
 
 
 class Rollback(Exception):
@@ -87,6 +91,7 @@ class MachineBase(RuleBasedStateMachine):
         return prepare_job(
             "machine.job", {"serial": serial}, now=self.clock.now(), queue=queue, priority=priority,
             delay=delay, max_attempts=attempts, idempotency_key=key,
+            concurrency_key=CONCURRENCY_KEYS[serial % len(CONCURRENCY_KEYS)],
         )
 
     clock: FakeClock

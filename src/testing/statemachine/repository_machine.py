@@ -95,6 +95,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
             "max_attempts": model.max_attempts,
             "scheduled_at": model.scheduled_at,
             "idempotency_key": model.key,
+            "concurrency_key": model.limit_key,
             "lease_token": model.token,
             "leased_by": model.worker,
             "lease_expires_at": model.lease_expires_at,
@@ -121,6 +122,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         ordinal, expect_created = self.model.enqueue(
             queue=new.queue, priority=new.priority, max_attempts=new.max_attempts,
             scheduled_at=new.scheduled_at, key=new.idempotency_key, payload=new.payload,
+            limit_key=new.concurrency_key,
         )
         assert created == expect_created, f"created={created}, the model says {expect_created} (key {new.idempotency_key})"
         if created:
@@ -171,44 +173,53 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         self.issued.append((ordinal, job.lease_token))
         self._check(job)
 
-    def _control(self, queue: str, change: int | str | tuple[int, float]) -> None:
+    def _lift(self, queue: str) -> None:
+        """Clear every limit of ``queue`` in the repository and the model."""
+        now, repository, model = self.clock.now(), self.repository, self.model
+        assert repository.set_queue_limit(queue, None, now=now).max_running is None
+        assert repository.set_queue_rate(queue, None, None, now=now).rate_limit is None
+        assert repository.set_queue_key_limit(queue, None, now=now).max_running_per_key is None
+        model.set_limit(queue, None)
+        model.set_rate(queue, None, None)
+        model.set_key_limit(queue, None)
+
+    def _control(self, queue: str, change: int | str | tuple[int, float] | tuple[str, int]) -> None:
         """Apply a lease's queue-control ``change`` to ``queue``: a running limit (an int), a rate
-        limit (``(starts, per)``), or ``"clear"`` (both lifted).  Limiting one queue lifts the
-        other queues' limits (the store's order between several limited queues is its own, see
-        ``limited_queues_last``)."""
+        limit (``(starts, per)``), a per-key running limit (``("per_key", n)``), or ``"clear"``
+        (all lifted).  Limiting one queue lifts the other queues' limits (the store's order
+        between several limited queues is its own, see ``limited_queues_last``)."""
         now, repository, model = self.clock.now(), self.repository, self.model
         if change != "clear":
             for other in QUEUES:
                 if other != queue and model.limited(other):
-                    assert repository.set_queue_limit(other, None, now=now).max_running is None
-                    assert repository.set_queue_rate(other, None, None, now=now).rate_limit is None
-                    model.set_limit(other, None)
-                    model.set_rate(other, None, None)
+                    self._lift(other)
         if isinstance(change, int):
             assert repository.set_queue_limit(queue, change, now=now).max_running == change
             model.set_limit(queue, change)
+        elif isinstance(change, tuple) and change[0] == "per_key":
+            assert repository.set_queue_key_limit(queue, int(change[1]), now=now).max_running_per_key == change[1]
+            model.set_key_limit(queue, int(change[1]))
         elif isinstance(change, tuple):
-            assert repository.set_queue_rate(queue, *change, now=now).rate_limit == change[0]
-            model.set_rate(queue, *change)
+            starts, per = change
+            assert repository.set_queue_rate(queue, int(starts), float(per), now=now).rate_limit == starts
+            model.set_rate(queue, int(starts), float(per))
         else:
-            assert repository.set_queue_limit(queue, None, now=now).max_running is None
-            assert repository.set_queue_rate(queue, None, None, now=now).rate_limit is None
-            model.set_limit(queue, None)
-            model.set_rate(queue, None, None)
+            self._lift(queue)
 
     @rule(worker=st.sampled_from(WORKERS), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3),
           listed_order=st.booleans(), paused=st.sampled_from((None, *QUEUES)), running_limit=running_limits)
     def lease(
         self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool = False,
-        paused: str | None = None, running_limit: int | str | tuple[int, float] | None = None,
+        paused: str | None = None, running_limit: int | str | tuple[int, float] | tuple[str, int] | None = None,
     ) -> None:
         """A lease, in the model's order (``listed_order``: queue by queue as listed); with
         ``paused``, that queue is paused for it (nothing of it may come back, nor be listed by
         ``due_jobs``) and resumed afterwards.  With ``running_limit`` the lease's first queue
         (``q1`` for every queue) first gets a running limit (1 to 3), a rate limit
-        (``(starts, per)``) or neither (``"clear"``), which stays for later leases: a lease takes
-        no more of a queue than its free slots (running jobs under unexpired leases count) and
-        its window's remaining starts, cut in lease order.  Like
+        (``(starts, per)``), a per-key running limit (``("per_key", 1)``) or none (``"clear"``),
+        which stays for later leases: a lease takes no more of a queue than its free slots
+        (running jobs under unexpired leases count) and its window's remaining starts, cut in
+        lease order, and passes over jobs whose concurrency key is at its limit.  Like
         pause it rides on the lease rather than on a rule of its own, so the number of rules
         (and the default budget's reach) stays as it was.
         """
