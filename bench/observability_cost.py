@@ -5,6 +5,7 @@
     .venv/bin/python bench/observability_cost.py --modes metrics tracing both   # each against off
     .venv/bin/python bench/observability_cost.py --modes tracing --sample 0.1   # 1 trace in 10 recorded
     .venv/bin/python bench/observability_cost.py --modes metrics tracing tracing:0.1   # each its own sample
+    .venv/bin/python bench/observability_cost.py --modes tracing:0.1 --chunk 1   # jobs enqueued one by one
 
 Each round runs ``bench/pg_drain.py --json`` once plain and once per mode with ``--observe MODE``
 (``metrics``: Prometheus metrics in every worker; ``tracing``: OpenTelemetry spans at enqueue and
@@ -32,7 +33,8 @@ def drain_rate(mode: str, args: argparse.Namespace) -> tuple[float, float]:
     and the workers' CPU microseconds per job (their whole lives, start-up included: steadier than
     the rate on a busy machine)."""
     command = [sys.executable, os.path.join(HERE, "pg_drain.py"), "--json", "--jobs", str(args.jobs),
-               "--workers", str(args.workers), "--concurrency", str(args.concurrency), "--single-jobs", "0"]
+               "--workers", str(args.workers), "--concurrency", str(args.concurrency), "--single-jobs", "0",
+               "--chunk", str(args.chunk)]
     if mode != "off":
         what, _, sample = mode.partition(":")
         command += ["--observe", what, "--sample", sample or str(args.sample)]
@@ -57,6 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="threads per worker process (default 16)")
     parser.add_argument("--modes", nargs="+", default=["both"], type=mode_name,
                         help="both, metrics, tracing, each optionally :R (its own sample ratio)")
+    parser.add_argument("--chunk", type=int, default=1_000,
+                        help="jobs per enqueue_many (default 1,000; 1: each job its own send span and trace context)")
     parser.add_argument("--sample", type=float, default=1.0, help="share of traces recorded (default 1: every job)")
     parser.add_argument("--limit", type=float, default=240.0, help="give up one run after this many seconds")
     args = parser.parse_args(argv)
