@@ -60,6 +60,7 @@ FAILED_OUTCOMES = (Outcome.RETRYING, Outcome.DEAD)
 LINK_CACHE_SIZE = 256
 #: Distinct queues whose process-span name and opening attributes a tracer keeps (cleared when full).
 OPENING_CACHE_SIZE = 256
+_UNPARSED = object()
 
 
 class _Sending:
@@ -156,8 +157,9 @@ class TetherTracing:
         """The context of the span that enqueued ``job`` (from its headers), None when they hold none."""
         text = job.headers_json
         assert text is not None
-        if text in self._sent:
-            return self._sent[text]
+        known = self._sent.get(text, _UNPARSED)  # one lookup: another thread may clear the cache
+        if known is not _UNPARSED:
+            return known  # type: ignore[return-value]
         sent: SpanContext | None = None
         try:
             context = trace.get_current_span(propagate.extract(job.headers)).get_span_context()
