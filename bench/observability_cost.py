@@ -4,12 +4,16 @@
     .venv/bin/python bench/observability_cost.py --rounds 5 --jobs 20000 --concurrency 16
     .venv/bin/python bench/observability_cost.py --modes metrics tracing both   # each against off
     .venv/bin/python bench/observability_cost.py --modes tracing --sample 0.1   # 1 trace in 10 recorded
+    .venv/bin/python bench/observability_cost.py --modes metrics tracing tracing:0.1   # each its own sample
+    .venv/bin/python bench/observability_cost.py --modes tracing:0.1 --chunk 1   # jobs enqueued one by one
 
 Each round runs ``bench/pg_drain.py --json`` once plain and once per mode with ``--observe MODE``
 (``metrics``: Prometheus metrics in every worker; ``tracing``: OpenTelemetry spans at enqueue and
 around every handler, made by the SDK and dropped by its exporter; ``both``); the order rotates
-every round.  The machine is shared and noisy: quote the median of the per-round ratios (mode /
-off).  Nothing is asserted.
+every round.  ``MODE:R`` records a share ``R`` of the traces (a ratio sampler) in that mode alone.
+The machine is shared and noisy: quote the median of the per-round ratios (mode / off), and the
+workers' CPU per job from their pools' start to their exit (imports and set-up excluded; steadier
+than the rate, which the other load on the machine moves).  Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -29,12 +33,22 @@ def drain_rate(mode: str, args: argparse.Namespace) -> tuple[float, float]:
     and the workers' CPU microseconds per job (their whole lives, start-up included: steadier than
     the rate on a busy machine)."""
     command = [sys.executable, os.path.join(HERE, "pg_drain.py"), "--json", "--jobs", str(args.jobs),
-               "--workers", str(args.workers), "--concurrency", str(args.concurrency), "--single-jobs", "0"]
+               "--workers", str(args.workers), "--concurrency", str(args.concurrency), "--single-jobs", "0",
+               "--chunk", str(args.chunk)]
     if mode != "off":
-        command += ["--observe", mode, "--sample", str(args.sample)]
+        what, _, sample = mode.partition(":")
+        command += ["--observe", what, "--sample", sample or str(args.sample)]
     out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=args.limit).stdout
     result = json.loads(out.strip().splitlines()[-1])
-    return float(result["drain_jobs_s"]), float(result["worker_cpu_s"]) * 1e6 / args.jobs
+    return float(result["drain_jobs_s"]), float(result["worker_run_cpu_s"]) * 1e6 / args.jobs
+
+
+def mode_name(text: str) -> str:
+    """``both``, ``metrics``, ``tracing``, each optionally ``:R`` (a sample ratio in (0, 1])."""
+    what, _, sample = text.partition(":")
+    if what not in ("both", "metrics", "tracing") or (sample and not 0 < float(sample) <= 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: give both, metrics or tracing, optionally :R with 0 < R <= 1")
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="threads per worker process (default 16)")
-    parser.add_argument("--modes", nargs="+", default=["both"], choices=("both", "metrics", "tracing"))
+    parser.add_argument("--modes", nargs="+", default=["both"], type=mode_name,
+                        help="both, metrics, tracing, each optionally :R (its own sample ratio)")
+    parser.add_argument("--chunk", type=int, default=1_000,
+                        help="jobs per enqueue_many (default 1,000; 1: each job its own send span and trace context)")
     parser.add_argument("--sample", type=float, default=1.0, help="share of traces recorded (default 1: every job)")
     parser.add_argument("--limit", type=float, default=240.0, help="give up one run after this many seconds")
     args = parser.parse_args(argv)
@@ -57,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
             rate, cpu_us = drain_rate(mode, args)
             rates[mode].append(rate)
             cpu[mode].append(cpu_us)
-            print(f"round {round_no + 1} {mode:<8}: {rate:,.0f} jobs/s, workers' CPU {cpu_us:,.0f} us/job "
+            print(f"round {round_no + 1} {mode:<12}: {rate:,.0f} jobs/s, workers' CPU {cpu_us:,.0f} us/job "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
         for mode in args.modes:
             ratios[mode].append(rates[mode][-1] / rates["off"][-1])

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 import attrs
 from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
-from tether.domain.ticks import Cadence
+from tether.domain.ticks import Cadence, cadence_of
 from tether.domain.timeutil import to_micros
 
 #: Idempotency keys in this namespace belong to Tether (refused in user keys).
@@ -96,7 +96,9 @@ class ScheduleState:
         name, job_type, queue: as defined (``queue`` None: the default one).
         spec: the cadence as text (``"cron 0 3 * * *"``, ``"every 5s"``); tz: its time zone.
         fingerprint: :attr:`Schedule.fingerprint` of the definition last declared.
-        next_tick_at: the next tick as the last declaring pool saw it (aware UTC), or None.
+        next_tick_at: the next tick as the last declaring pool saw it (aware UTC), or None; it
+            falls behind between that pool's heartbeats, so ``app.schedules()`` gives
+            :func:`upcoming_tick` here instead.
         declared_by: the worker id of the pool that declared it last.
         declared_at: when it was last declared (aware UTC).
         declared_until: when that declaration lapses unless refreshed (aware UTC): after it, no
@@ -130,6 +132,23 @@ def is_live(state: ScheduleState, now: datetime) -> bool:
     return state.declared_until >= now
 
 
+def upcoming_tick(state: ScheduleState, now: datetime) -> datetime | None:
+    """The first tick of ``state`` after ``now`` (aware UTC), from its spec and time zone: a tick
+    already enqueued ahead (a ``last_tick_at`` after ``now``) is the next one.  The stored
+    ``next_tick_at`` is kept when the spec does not read back exactly (an unknown zone here, or an
+    ``every`` rounded in its text, off the stored tick's grid).  None when a cron expression never
+    matches again."""
+    if state.last_tick_at is not None and state.last_tick_at > now:
+        return state.last_tick_at
+    try:
+        cad = cadence_of(state.spec, state.tz)
+    except ValidationError:
+        return state.next_tick_at
+    if cad.every_us is not None and state.next_tick_at is not None and to_micros(state.next_tick_at) % cad.every_us:
+        return state.next_tick_at
+    return cad.next_after(now)
+
+
 #: The statuses of a previous tick's job that hold back the next tick when overlap is off.
 UNFINISHED_STATUSES = (JobStatus.QUEUED, JobStatus.RETRYING, JobStatus.RUNNING)
 
@@ -145,4 +164,5 @@ __all__ = [
     "is_live",
     "is_tick_key",
     "tick_key",
+    "upcoming_tick",
 ]

@@ -160,6 +160,28 @@ def cadence(*, cron: object = None, every: object = None, tz: object = "UTC") ->
     return Cadence(None, round(every * 1_000_000), tz)
 
 
+def cadence_of(spec: str, tz: str) -> Cadence:
+    """The cadence whose :attr:`Cadence.spec` reads ``spec`` in zone ``tz`` (``"cron 0 3 * * *"``,
+    ``"every 30s"``): a stored schedule's, read back.  An ``every`` shown with more than six
+    significant digits reads back rounded (``every 1.23457e+06s``).
+
+    Raises:
+        ValidationError: naming ``spec`` when it reads as neither form, else ``cron``, ``every``
+            or ``tz`` as :func:`cadence` does.
+    """
+    kind, _, rest = spec.partition(" ")
+    if kind == "cron":
+        return cadence(cron=rest, tz=tz)
+    if kind == "every" and rest.endswith("s"):
+        try:
+            seconds = float(rest[:-1])
+        except ValueError:
+            seconds = None
+        if seconds is not None:
+            return cadence(every=seconds, tz=tz)
+    raise ValidationError("spec", f"must read 'cron <five fields>' or 'every <seconds>s', got {shown(spec)}")
+
+
 def plan_tick(
     cad: Cadence, *, last_tick: datetime | None, now: datetime, catch_up: timedelta | None
 ) -> datetime | None:
@@ -204,4 +226,4 @@ def superseded(cad: Cadence, *, tick: datetime, now: datetime) -> bool:
     return latest is not None and latest > tick
 
 
-__all__ = ["MAX_AHEAD", "Cadence", "cadence", "check_cron", "plan_tick", "superseded", "zone"]
+__all__ = ["MAX_AHEAD", "Cadence", "cadence", "cadence_of", "check_cron", "plan_tick", "superseded", "zone"]

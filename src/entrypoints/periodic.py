@@ -20,7 +20,7 @@ from tether.domain.errors import ValidationError, shown
 from tether.domain.job import NewJob
 from tether.domain.limits import PRIORITY_MAX, PRIORITY_MIN
 from tether.domain.payload import encode_payload
-from tether.domain.schedules import MAX_CATCH_UP, Schedule, ScheduleState, tick_key
+from tether.domain.schedules import MAX_CATCH_UP, Schedule, ScheduleState, tick_key, upcoming_tick
 from tether.domain.ticks import cadence
 from tether.domain.validation import validate_int, validate_job_type, validate_queue
 from tether.ports.clock import Clock
@@ -152,15 +152,17 @@ class PeriodicSchedules:
 
     def schedules(self) -> list[ScheduleState]:
         """The schedules the store holds (declared by worker pools), by name: each with its next
-        tick, its last tick's job and that job's status, and whether a live pool declares it.
-        Empty when the repository keeps no schedules.
+        tick (computed now from its spec and zone, :func:`~tether.domain.schedules.upcoming_tick`),
+        its last tick's job and that job's status, and whether a live pool declares it.  Empty
+        when the repository keeps no schedules.
 
         Raises:
             StorageUnavailable: the store could not be reached.
         """
         if self.schedule_store is None:
             return []
-        return self.schedule_store.list_schedules(now=self.clock.now())
+        now = self.clock.now()
+        return [attrs.evolve(s, next_tick_at=upcoming_tick(s, now)) for s in self.schedule_store.list_schedules(now=now)]
 
 
 def tick_job(prepared: NewJob, schedule: Schedule, tick: datetime) -> NewJob:

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import event, text
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import PostgresJobRepository
+from tether.adapters.sqlalchemy.transactions import run_bound
 
 from tests.postgres_fixtures import schema_name, temporary_repository
 
@@ -66,3 +67,27 @@ def test_queue_summaries_read_the_live_rows_only(repo: PostgresJobRepository) ->
     with repo.engine.connect() as conn:
         plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + statement, parameters))
     assert "Seq Scan" not in plan, plan
+
+
+def test_queue_summaries_run_without_parallel_workers_in_their_own_transaction_only(repo: PostgresJobRepository) -> None:
+    clock = FakeClock()
+    sent: list[str] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        sent.append(statement)
+
+    event.listen(repo.engine, "before_cursor_execute", grab)
+    try:
+        repo.queue_summaries(now=clock.now())
+        with repo.engine.connect() as conn:
+            setting = conn.exec_driver_sql("SHOW max_parallel_workers_per_gather").scalar_one()
+        with repo.engine.begin() as conn:  # the caller's transaction (the async API's): its settings untouched
+            run_bound(conn, lambda: repo.queue_summaries(now=clock.now()))
+            inside = conn.exec_driver_sql("SHOW max_parallel_workers_per_gather").scalar_one()
+    finally:
+        event.remove(repo.engine, "before_cursor_execute", grab)
+    summaries = [i for i, s in enumerate(sent) if "GROUP BY" in s]
+    assert len(summaries) == 2
+    assert sent[summaries[0] - 1] == "SET LOCAL max_parallel_workers_per_gather = 0"
+    assert "SET LOCAL" not in sent[summaries[1] - 1]
+    assert setting != "0" and inside != "0"  # SET LOCAL ended with the read's own transaction

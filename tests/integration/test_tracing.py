@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.propagators.textmap import default_getter
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from tether.domain.errors import PermanentError
 from tether.domain.job import JobStatus
 from tether.domain.retry import RetryPolicy
@@ -183,3 +185,80 @@ def test_baggage_too_large_for_the_headers_leaves_only_the_trace_context(
     finally:
         otel_context.detach(token)
     assert set(job.headers) == {"traceparent"}  # the enqueue went through, with its link kept
+
+
+def test_a_sampler_decides_on_the_messaging_attributes_and_an_unsampled_job_is_still_run_under_its_span(
+    app: Tether, exporter: InMemorySpanExporter
+) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+    seen: list[dict[str, object]] = []
+
+    class OnlyReports(Sampler):
+        """Records the process spans of the ``reports`` queue only, deciding on the span's opening attributes."""
+
+        def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):  # type: ignore[no-untyped-def]
+            if kind is SpanKind.CONSUMER:
+                seen.append(dict(attributes or {}))
+            keep = kind is not SpanKind.CONSUMER or (attributes or {}).get("messaging.destination.name") == "reports"
+            return SamplingResult(Decision.RECORD_AND_SAMPLE if keep else Decision.DROP, attributes)
+
+        def get_description(self) -> str:
+            return "OnlyReports"
+
+    provider = TracerProvider(sampler=OnlyReports())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrument(app, tracer_provider=provider)
+    current: list[bool] = []
+
+    @app.handler("job")
+    def job(payload: dict) -> None:
+        current.append(trace.get_current_span().get_span_context().is_valid)
+
+    first = app.enqueue("job", queue="mail").job
+    second = app.enqueue("job", queue="reports").job
+    app.worker(queues=["mail", "reports"], reap_interval=0.2, max_wait=0.05, worker_id="w-trace").run(
+        stop_when_idle=True, install_signal_handlers=False)
+    opening = {"messaging.system": "tether", "messaging.operation.type": "process", "messaging.operation.name": "process"}
+    assert sorted(seen, key=str) == sorted([{**opening, "messaging.destination.name": "mail"},
+                                            {**opening, "messaging.destination.name": "reports"}], key=str)
+    assert current == [True, True]  # the unsampled job's handler ran under its (non-recording) span too
+    [process] = spans(exporter, "process reports")
+    assert process.attributes is not None and process.attributes["messaging.message.id"] == str(second.id)
+    assert process.attributes["tether.job.attempt"] == 1 and process.attributes["messaging.client.id"] == "w-trace"
+    assert not spans(exporter, "process mail") and app.get(first.id).status is JobStatus.COMPLETED
+
+
+def test_an_unsampled_job_never_parses_its_headers(app: Tether, exporter: InMemorySpanExporter) -> None:
+    from opentelemetry import propagate
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    class Counting(TraceContextTextMapPropagator):
+        extracted = 0
+
+        def extract(self, carrier, context=None, getter=default_getter):  # type: ignore[no-untyped-def]
+            Counting.extracted += 1
+            return super().extract(carrier, context, getter)
+
+    sending = TracerProvider(sampler=ALWAYS_ON)
+    sending.add_span_processor(SimpleSpanProcessor(exporter))
+    instrument(app, tracer_provider=sending)
+    jobs = [app.enqueue("noop", {"n": n}).job for n in range(3)]
+    assert all("traceparent" in job.headers for job in jobs)
+    app.handler("noop")(lambda payload: None)
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(Counting())
+    try:
+        instrument(app, tracer_provider=TracerProvider(sampler=ALWAYS_OFF))
+        run_until_idle(app)
+        assert Counting.extracted == 0 and all(app.get(j.id).status is JobStatus.COMPLETED for j in jobs)
+        instrument(app, tracer_provider=sending)
+        again = app.enqueue("noop", {"n": 3}).job
+        run_until_idle(app)
+        assert Counting.extracted == 1
+    finally:
+        propagate.set_global_textmap(previous)
+    [process] = spans(exporter, "process default")
+    [send] = [s for s in spans(exporter, "send default") if s.attributes and s.attributes["messaging.message.id"] == str(again.id)]
+    assert [link.context.span_id for link in process.links] == [send.context.span_id]

@@ -135,6 +135,40 @@ def test_an_observer_that_raises_changes_no_job_and_the_next_observer_still_hear
     assert sorted(job_id for job_id, _, _ in recorder.finished) == ids
 
 
+def test_a_lone_observer_that_raises_changes_no_job_and_hears_each_job() -> None:
+    app = make_app()
+
+    @app.handler("ok")
+    def ok(payload: dict) -> None:
+        pass
+
+    class Failing(Recorder):
+        """Raises in job_started for even jobs (then its handler_returned is not called), and
+        in handler_returned and job_finished for every job, after recording it."""
+
+        def job_started(self, job: Job, worker_id: str) -> object:
+            state = super().job_started(job, worker_id)
+            if job.id % 2 == 0:
+                raise RuntimeError("broken observer")
+            return state
+
+        def handler_returned(self, job: Job, state: object, execution: Execution | None) -> None:
+            super().handler_returned(job, state, execution)
+            raise RuntimeError("broken observer")
+
+        def job_finished(self, job: Job, outcome: Outcome, seconds: float) -> None:
+            super().job_finished(job, outcome, seconds)
+            raise RuntimeError("broken observer")
+
+    lone = Failing()
+    ids = [app.enqueue("ok", {"n": n}).job.id for n in range(6)]
+    stats = run_until_idle(app, observers=[lone])
+    assert [app.get(i).status for i in ids] == [JobStatus.COMPLETED] * 6 and stats.completed == 6  # type: ignore[attr-defined]
+    assert sorted(lone.started) == ids and sorted(job_id for job_id, _, _ in lone.finished) == ids
+    assert sorted(lone.returned) == [i for i in ids if i % 2]
+    assert all(state == ("state", job_id) for job_id, (_, state, _) in lone.returned.items())
+
+
 def test_app_observers_come_before_the_pools_own() -> None:
     app = make_app()
 

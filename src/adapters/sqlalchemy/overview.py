@@ -26,7 +26,7 @@ from sqlalchemy import BigInteger, Select, and_, case, func, literal, null, sele
 from sqlalchemy.engine import Connection
 from tether.adapters.sqlalchemy.mapping import row_to_job
 from tether.adapters.sqlalchemy.schema import UtcDateTime, status_is
-from tether.adapters.sqlalchemy.transactions import SqlTransactions
+from tether.adapters.sqlalchemy.transactions import SqlTransactions, bound_connection
 from tether.domain.job import TERMINAL_STATUSES, JobStatus
 from tether.domain.overview import (
     FinishedMinute,
@@ -119,7 +119,9 @@ class SqlOverview(SqlTransactions, JobOverview):
         (``sum`` of a ``CASE``) and the least due ``scheduled_at`` (a ``CASE`` inside ``min``), as
         the ``UNION ALL`` of a grouped read under each live partial index's own predicate
         (``queued``/``retrying``, ``running``), so the planner reads those indexes and never the
-        finished rows."""
+        finished rows.  On PostgreSQL it runs without parallel workers (``SET LOCAL`` in its own
+        transaction): on a busy server their start-up made the slowest reads several times the
+        median, and a background read should not take the workers other queries need."""
         now = ensure_utc(now, "now")
         t = self.table
         is_due = t.c.scheduled_at <= now
@@ -141,7 +143,11 @@ class SqlOverview(SqlTransactions, JobOverview):
         )
         stmt = union_all(waiting, running)
 
+        serial = self.engine.dialect.name == "postgresql" and bound_connection() is None
+
         def read(conn: Connection) -> list[QueueSummary]:
+            if serial:  # in this read's own transaction only
+                conn.exec_driver_sql("SET LOCAL max_parallel_workers_per_gather = 0")
             rows: dict[str, dict[str, Any]] = {}
             for queue, status, n, due, oldest in conn.execute(stmt):
                 row = rows.setdefault(queue, {"queue": queue, "due": 0, "oldest_due_at": None})
@@ -151,7 +157,7 @@ class SqlOverview(SqlTransactions, JobOverview):
                     row["oldest_due_at"] = oldest
             return [QueueSummary(**rows[name]) for name in sorted(rows)]
 
-        return self._read("summarize queues", read)
+        return self._read("summarize queues", read, single=not serial)
 
     def finished_per_minute(self, *, since: datetime, max_rows: int) -> Throughput:
         since = ensure_utc(since, "since")

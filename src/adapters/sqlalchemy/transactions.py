@@ -223,12 +223,13 @@ class SqlTransactions:
             return StorageRowError(f"{self.safe_url}: could not {doing}: a row was refused: {first}")
         return self._unavailable(error, doing)
 
-    def _read(self, doing: str, work: Callable[[Connection], T]) -> T:
+    def _read(self, doing: str, work: Callable[[Connection], T], *, single: bool = True) -> T:
         """Read-only work, retried on transient errors (one-statement reads need no transaction
-        where :attr:`single_statement_autocommit` is set)."""
+        where :attr:`single_statement_autocommit` is set; ``single=False``: a transaction of its
+        own all the same, for a read that sets ``SET LOCAL`` options first)."""
 
         def once() -> T:
-            with self._begin(write=False, single=True) as conn:
+            with self._begin(write=False, single=single) as conn:
                 return work(conn)
 
         return self._retrying(doing, once)

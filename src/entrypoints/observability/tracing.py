@@ -18,19 +18,27 @@ job), ``messaging.batch.message_count`` (a send of several), ``messaging.client.
 id, on process spans); and Tether's own ``tether.job.type``, ``tether.job.attempt`` and
 ``tether.job.outcome``.  A handler's failure records its exception on the span and sets the status
 to ERROR (``error.type`` is the exception's class); a ``Snooze`` is no error.
+
+Cost per job: a process span opens with the attributes the conventions name for sampling
+decisions (``messaging.system``, ``messaging.destination.name``, ``messaging.operation.type``,
+``messaging.operation.name``); the job's own attributes and the link (which needs the job's
+headers parsed) are added only once the span is known to record.  An unsampled job therefore
+costs the SDK's sampling decision and a context switch, whatever its headers; a sampler that
+decides on links does not see the link (none of the SDK's samplers does).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from tether.domain.errors import ValidationError
 from tether.domain.headers import encode_headers
@@ -48,9 +56,11 @@ logger = logging.getLogger("tether.tracing")
 MESSAGING_SYSTEM = "tether"
 #: Outcomes whose exception makes the process span's status ERROR.
 FAILED_OUTCOMES = (Outcome.RETRYING, Outcome.DEAD)
-#: Distinct job headers whose parsed link a tracer keeps (cleared when full).
+#: Distinct job headers whose parsed context a tracer keeps (cleared when full).
 LINK_CACHE_SIZE = 256
-_NO_LINKS: list[Link] = []
+#: Distinct queues whose process-span name and opening attributes a tracer keeps (cleared when full).
+OPENING_CACHE_SIZE = 256
+_UNPARSED = object()
 
 
 class _Sending:
@@ -79,9 +89,11 @@ class TetherTracing:
         from tether import __version__
 
         self._tracer = trace.get_tracer("tether", __version__, tracer_provider=tracer_provider)
-        # headers text -> the links of its process spans: the jobs of one enqueue_many share one
+        # headers text -> the enqueuing span's context: the jobs of one enqueue_many share one
         # text, so a drain of bulk-enqueued jobs parses each batch's context once.
-        self._links: dict[str, list[Link]] = {}
+        self._sent: dict[str, SpanContext | None] = {}
+        # queue -> its process spans' name and opening attributes
+        self._openings: dict[str, tuple[str, Mapping[str, Any]]] = {}
 
     # -- enqueue (SendObserver) --------------------------------------------------------------
     @contextmanager
@@ -109,38 +121,56 @@ class TetherTracing:
         """Nothing to do."""
 
     def job_started(self, job: Job, worker_id: str) -> object:
-        """Start the ``process {queue}`` span, linked to the enqueuing span, and make it current."""
-        links = _NO_LINKS if job.headers_json is None else self._links_of(job)
-        span = self._tracer.start_span(
-            f"process {job.queue}", kind=SpanKind.CONSUMER, links=links,
-            attributes={
-                "messaging.system": MESSAGING_SYSTEM, "messaging.destination.name": job.queue,
-                "messaging.operation.type": "process", "messaging.operation.name": "process",
+        """Start the ``process {queue}`` span, linked to the enqueuing span, and make it current.
+
+        The span opens with the attributes a sampler decides on (system, destination, operation:
+        one shared mapping per queue).  Only once it is known to record does it get the job's own
+        attributes (its id, the worker, its type and attempt) and its link, so an unsampled job
+        costs the sampler's decision and its context, not a parse of its headers."""
+        opening = self._openings.get(job.queue)
+        if opening is None:
+            opening = self._opening(job.queue)
+        span = self._tracer.start_span(opening[0], kind=SpanKind.CONSUMER, attributes=opening[1])
+        if span.is_recording():
+            span.set_attributes({
                 "messaging.message.id": str(job.id), "messaging.client.id": worker_id,
                 "tether.job.type": job.job_type, "tether.job.attempt": job.attempts,
-            },
-        )
+            })
+            sent = None if job.headers_json is None else self._sent_by(job)
+            if sent is not None:
+                span.add_link(sent)
         token = otel_context.attach(trace.set_span_in_context(span))
         return span, token
 
-    def _links_of(self, job: Job) -> list[Link]:
-        """The link to the span whose context ``job``'s headers hold (none when they hold none)."""
+    def _opening(self, queue: str) -> tuple[str, Mapping[str, Any]]:
+        """The name and the sampling attributes of ``queue``'s process spans (kept, read-only)."""
+        opening = (f"process {queue}", MappingProxyType({
+            "messaging.system": MESSAGING_SYSTEM, "messaging.destination.name": queue,
+            "messaging.operation.type": "process", "messaging.operation.name": "process",
+        }))
+        if len(self._openings) >= OPENING_CACHE_SIZE:
+            self._openings.clear()
+        self._openings[queue] = opening
+        return opening
+
+    def _sent_by(self, job: Job) -> SpanContext | None:
+        """The context of the span that enqueued ``job`` (from its headers), None when they hold none."""
         text = job.headers_json
         assert text is not None
-        links = self._links.get(text)
-        if links is None:
-            links = []
-            try:
-                sent = trace.get_current_span(propagate.extract(job.headers)).get_span_context()
-            except Exception:  # a header that does not parse costs the link only
-                logger.debug("job %s: its trace headers do not parse", job.id, exc_info=True)
-            else:
-                if sent.is_valid:
-                    links.append(Link(sent))
-            if len(self._links) >= LINK_CACHE_SIZE:
-                self._links.clear()
-            self._links[text] = links
-        return links
+        known = self._sent.get(text, _UNPARSED)  # one lookup: another thread may clear the cache
+        if known is not _UNPARSED:
+            return known  # type: ignore[return-value]
+        sent: SpanContext | None = None
+        try:
+            context = trace.get_current_span(propagate.extract(job.headers)).get_span_context()
+        except Exception:  # a header that does not parse costs the link only
+            logger.debug("job %s: its trace headers do not parse", job.id, exc_info=True)
+        else:
+            sent = context if context.is_valid else None
+        if len(self._sent) >= LINK_CACHE_SIZE:
+            self._sent.clear()
+        self._sent[text] = sent
+        return sent
 
     def handler_returned(self, job: Job, state: object, execution: Execution | None) -> None:
         """End the span: its outcome, and the handler's exception when the attempt failed."""

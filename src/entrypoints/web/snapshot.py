@@ -20,10 +20,10 @@ from tether.domain.overview import (
     QueueSummary,
     StatusTotals,
     Throughput,
-    throughput_since,
 )
 from tether.domain.workers import WorkerEntry
 from tether.entrypoints.service import Tether
+from tether.entrypoints.web.chart_minutes import ChartMinutes
 from tether.entrypoints.web.params import JobsQuery
 from tether.ports.overview import JobOverview
 
@@ -82,6 +82,7 @@ class StoreReader:
         self.finished_rows = finished_rows
         self._chart_lock = threading.Lock()
         self._chart: tuple[float, Throughput] | None = None
+        self._minutes = None if self.overview is None else ChartMinutes(self.overview, max_rows=finished_rows)
 
     def snapshot(self) -> Snapshot:
         """Totals, queues, the chart (reused for :data:`THROUGHPUT_REFRESH` s) and the registry, now."""
@@ -93,12 +94,15 @@ class StoreReader:
         return Snapshot(now, self.overview.status_totals(live=queues), queues, self.throughput(now), workers)
 
     def throughput(self, now: datetime) -> Throughput | None:
-        if self.overview is None:
+        """Finished jobs per minute over the hour up to ``now``, reused for :data:`THROUGHPUT_REFRESH`
+        seconds and read incrementally (:class:`~tether.entrypoints.web.chart_minutes.ChartMinutes`);
+        None when the store has no overview port."""
+        if self._minutes is None:
             return None
         with self._chart_lock:
             if self._chart is not None and time.monotonic() - self._chart[0] < THROUGHPUT_REFRESH:
                 return self._chart[1]
-            chart = self.overview.finished_per_minute(since=throughput_since(now), max_rows=self.finished_rows)
+            chart = self._minutes.read(now)
             self._chart = (time.monotonic(), chart)
             return chart
 

@@ -124,10 +124,42 @@ class Observers:
                 self._failed(observer, "job_finished")
 
 
+class OneObserver(Observers):
+    """:class:`Observers` of a single observer (the usual case: metrics, or tracing), without the
+    per-job list of states and the loops: the same calls and the same error handling."""
+
+    def __init__(self, observer: JobObserver) -> None:
+        super().__init__([observer])
+        self._one = observer
+
+    def job_started(self, job: Job, worker_id: str) -> object:
+        try:
+            return self._one.job_started(job, worker_id)
+        except Exception:  # noqa: BLE001 - watching a job never changes it
+            self._failed(self._one, "job_started")
+            return _FAILED
+
+    def handler_returned(self, job: Job, state: object, execution: Execution | None) -> None:
+        if state is _FAILED:  # its job_started raised: it has nothing to end
+            return
+        try:
+            self._one.handler_returned(job, state, execution)
+        except Exception:  # noqa: BLE001 - watching a job never changes it
+            self._failed(self._one, "handler_returned")
+
+    def job_finished(self, job: Job, outcome: Outcome, seconds: float) -> None:
+        try:
+            self._one.job_finished(job, outcome, seconds)
+        except Exception:  # noqa: BLE001 - watching a job never changes it
+            self._failed(self._one, "job_finished")
+
+
 def combine(observers: Sequence[JobObserver] | None) -> Observers | None:
-    """The one observer a pool calls for ``observers``, or None when there are none (then the
-    pool makes no observer call at all)."""
-    return Observers(observers) if observers else None
+    """The one observer a pool calls for ``observers`` (a :class:`OneObserver` for a single one),
+    or None when there are none (then the pool makes no observer call at all)."""
+    if not observers:
+        return None
+    return OneObserver(observers[0]) if len(observers) == 1 else Observers(observers)
 
 
-__all__ = ["JobObserver", "Observers", "PoolView", "combine"]
+__all__ = ["JobObserver", "Observers", "OneObserver", "PoolView", "combine"]
