@@ -245,7 +245,7 @@ class AsyncDriverPool:
         try:
             await leased.cursor.close()
             await leased.driver.set_autocommit(False)
-        except psycopg.Error:
+        except Exception:  # noqa: BLE001 - whatever went wrong, the engine pool must not get it back as it is
             await greenlet_spawn(_invalidate, leased.fairy)
             return
         await greenlet_spawn(leased.fairy.close)
