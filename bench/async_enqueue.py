@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/async_enqueue.py                       # lag (async, then sync) and single
     .venv/bin/python bench/async_enqueue.py --workload lag --coroutines 200 --per-coroutine 50
+    .venv/bin/python bench/async_enqueue.py --workload lag --rounds 5 --no-sync
     .venv/bin/python bench/async_enqueue.py --workload single --single-jobs 2000 --peer
     .venv/bin/python bench/async_enqueue.py --json
 
@@ -11,13 +12,19 @@ Workloads:
   a time, while a probe coroutine sleeps 1 ms in a loop and records how late each wake-up is (the
   loop's lag).  A warm-up round (one job per coroutine) runs first and is not counted.  Then the
   same with the sync ``app.enqueue`` called from the coroutines, for comparison: each call then
-  holds the loop for a round trip.  Reports the p50/p99/max lag in ms and the jobs per second.
+  holds the loop for a round trip.  Reports the p50/p99/max lag in ms and the jobs per second,
+  after ``--idle-seconds`` of the probe alone on an idle loop (the machine's own lag, which no
+  code can go below).  With ``--rounds N``, each figure is the median of N rounds (each on a new
+  ``asyncio.run`` loop), and ``p99_rounds`` lists every round's p99.
 - **single**: ``--single-jobs`` jobs, one ``await app.aenqueue`` each, one after the other (the
   peers' "single" workload, /work/shared/peerbench/README.md).  With ``--peer``, pgqueuer's
   ``single`` (peerbench, its own virtualenv under ``PEERBENCH_HOME``) runs in the same run, first
   with psycopg and then asyncpg.
 
 A figure, not a test: nothing is asserted.  Each run uses a schema of its own, dropped at the end.
+To compare two checkouts in the same run, run this script with each checkout's own virtualenv
+(``../other/.venv/bin/python bench/async_enqueue.py ...`` imports that checkout's Tether),
+alternating, as docs/benchmarks.md shows.
 """
 
 from __future__ import annotations
@@ -83,12 +90,42 @@ async def lag_round(app: Any, coroutines: int, per_coroutine: int, use_async: bo
     }
 
 
+async def idle_round(seconds: float) -> dict[str, Any]:
+    """The probe alone on an idle loop: the machine's own lag (the scheduler's floor)."""
+    lags: list[float] = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        planned = loop.time() + PROBE_SECONDS
+        await asyncio.sleep(PROBE_SECONDS)
+        lags.append(max(loop.time() - planned, 0.0) * 1000)
+    return {"api": "none (idle loop)", "lag_p50_ms": round(percentile(lags, 0.50), 2),
+            "lag_p99_ms": round(percentile(lags, 0.99), 2), "lag_max_ms": round(max(lags, default=0.0), 2),
+            "probes": len(lags)}
+
+
 async def lag(app: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    results = []
+    results = [await idle_round(args.idle_seconds)] if args.idle_seconds > 0 else []
     for use_async in (True, False):
+        if not use_async and args.no_sync:
+            continue
         await lag_round(app, args.coroutines, 1, use_async)  # warm-up: connections, statements, clock
         results.append(await lag_round(app, args.coroutines, args.per_coroutine, use_async))
     return results
+
+
+def medians(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One line per api: the median of each figure over the rounds, and the rounds' p99s."""
+    merged = []
+    for i, first in enumerate(rounds[0]):
+        line = dict(first)
+        for key, value in first.items():
+            if key.startswith(("lag_", "jobs_s")) and isinstance(value, float | int):
+                line[key] = round(statistics.median(r[i][key] for r in rounds), 2)
+        line["rounds"] = len(rounds)
+        line["p99_rounds"] = [r[i]["lag_p99_ms"] for r in rounds]
+        merged.append(line)
+    return merged
 
 
 async def single(app: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -124,7 +161,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-coroutine", type=int, default=50)
     parser.add_argument("--single-jobs", type=int, default=2000)
     parser.add_argument("--pool-size", type=int, default=10, help="the app's pool size (async: that many calls in flight)")
-    parser.add_argument("--rounds", type=int, default=1, help="rounds of single (and the peer), interleaved; medians")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of each workload (single interleaved with the peer); medians")
+    parser.add_argument("--idle-seconds", type=float, default=3.0, help="lag: seconds of the probe on an idle loop first (0: none)")
+    parser.add_argument("--no-sync", action="store_true", help="lag: skip the sync enqueue's round")
     parser.add_argument("--peer", action="store_true", help="also run pgqueuer's single (peerbench) in the same run")
     parser.add_argument("--json", action="store_true", help="one JSON line per result")
     args = parser.parse_args(argv)
@@ -133,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     results: list[dict[str, Any]] = []
     try:
         if args.workload in ("lag", "all"):
-            results += asyncio.run(lag(app, args))
+            results += medians([asyncio.run(lag(app, args)) for _ in range(args.rounds)])
         if args.workload in ("single", "all"):
             ours: list[float] = []
             peers: dict[str, list[float]] = {"psycopg": [], "asyncpg": []}

@@ -6,7 +6,11 @@ Each ``a...`` method runs its sync namesake through the app's
 :class:`~tether.ports.async_access.AsyncAccess`, so it validates, writes and answers exactly as
 the sync call does (the same errors, the same jobs) without blocking the caller's event loop: on
 PostgreSQL the statements run on a native async connection of the running loop; on SQLite and in
-memory on a worker thread.  ``connection=`` takes what the sync call takes, and also SQLAlchemy's
+memory on a worker thread.  ``aenqueue`` outside a caller's transaction takes the sync enqueue's
+steps itself, on the loop (validation and encoding are microseconds), and awaits only the write,
+:meth:`AsyncAccess.enqueue <tether.ports.async_access.AsyncAccess.enqueue>` (on PostgreSQL without
+an idempotency key: the sync enqueue's one statement awaited on a raw psycopg connection of the
+loop).  ``connection=`` takes what the sync call takes, and also SQLAlchemy's
 ``AsyncConnection`` and ``AsyncSession`` (the job joins that transaction, is published only after
 it commits, and a rollback leaves nothing), or the handle of :meth:`AsyncApi.atransaction`.
 
@@ -76,14 +80,31 @@ class AsyncApi:
             StorageUnavailable: the store could not be reached; nothing written.
         """
 
-        def call(handle: Any) -> EnqueueResult:
-            return self._sync.enqueue(
-                job_type, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                max_attempts=max_attempts, idempotency_key=idempotency_key, connection=handle,
-                concurrency_key=concurrency_key,
-            )
+        if connection is not None:
 
-        return await self.async_access.run(call, connection, single=True)
+            def call(handle: Any) -> EnqueueResult:
+                return self._sync.enqueue(
+                    job_type, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                    max_attempts=max_attempts, idempotency_key=idempotency_key, connection=handle,
+                    concurrency_key=concurrency_key,
+                )
+
+            return await self.async_access.run(call, connection, single=True)
+        # The sync enqueue's steps, its write awaited: validation and encoding take microseconds
+        # of the loop's time, a thread hop or a greenlet would cost more than they do.
+        sync = self._sync
+        request = EnqueueRequest(job_type, payload, queue, priority, run_at, delay, max_attempts, idempotency_key,
+                                 concurrency_key=concurrency_key)
+        now = sync.clock.now()
+        new_job = sync._prepare(request, now)
+        observer = sync.send_observer
+        if observer is None:
+            result = await self.async_access.enqueue(new_job, now=now)
+        else:
+            with observer.send([new_job]) as sending:
+                result = await self.async_access.enqueue(sending.jobs[0], now=now)
+                sending.stored([result])
+        return sync._accepted(result, None)  # type: ignore[no-any-return]
 
     async def aenqueue_many(
         self, requests: Iterable[EnqueueRequest], *, connection: Any = None

@@ -321,6 +321,11 @@ class Tether(JobReads, JobControl, QueueControl, PeriodicSchedules, AsyncApi):
             with observer.send([new_job]) as sending:
                 result = self.repository.enqueue(sending.jobs[0], now=now, connection=connection)
                 sending.stored([result])
+        return self._accepted(result, connection)
+
+    def _accepted(self, result: EnqueueResult, connection: Any) -> EnqueueResult:
+        """What ``enqueue`` answers once ``result`` was written: the dispatcher is told of a created
+        job after ``connection`` commits, and the job goes out without its lease token."""
         if result.created:
             self._notify_after_commit(connection, [result.job])
         return _public_result(result)

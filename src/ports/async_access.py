@@ -2,8 +2,10 @@
 calls without blocking the caller's event loop, and its default on a worker thread.
 
 The async API never has a second copy of the repository's rules: each ``a...`` method runs the
-matching sync method through :meth:`AsyncAccess.run`, which decides *where* it runs.  The default,
-:class:`ThreadedAsyncAccess`, runs it on a worker thread (the in-memory store, SQLite); the
+matching sync method through :meth:`AsyncAccess.run`, which decides *where* it runs; a single
+enqueue outside a caller's transaction is validated as the sync one is and stored through
+:meth:`AsyncAccess.enqueue`, the repository's own ``enqueue``.  The default,
+:class:`ThreadedAsyncAccess`, runs them on a worker thread (the in-memory store, SQLite); the
 PostgreSQL adapter runs the same statements on a native async connection of the caller's loop.
 """
 
@@ -13,8 +15,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from tether.domain.job import EnqueueResult, NewJob
 from tether.ports.repository import JobRepository
 
 T = TypeVar("T")
@@ -37,6 +41,16 @@ class AsyncAccess(Protocol):
 
         Raises:
             ValidationError (field ``connection``): a connection of an unsupported kind.
+        """
+        ...
+
+    async def enqueue(self, new_job: NewJob, *, now: datetime) -> EnqueueResult:
+        """``repository.enqueue(new_job, now=now)`` (no caller's transaction) without blocking the
+        running loop: the same result and errors.
+
+        Raises:
+            ValidationError: a naive ``now`` or ``scheduled_at``.
+            StorageUnavailable: the store could not be reached (see the repository's ``enqueue``).
         """
         ...
 
@@ -82,6 +96,9 @@ class ThreadedAsyncAccess(AsyncAccess):
         if isinstance(connection, ThreadTransaction):
             return await asyncio.get_running_loop().run_in_executor(connection.executor, call, connection.handle)
         return await asyncio.to_thread(call, connection)
+
+    async def enqueue(self, new_job: NewJob, *, now: datetime) -> EnqueueResult:
+        return await asyncio.to_thread(self._repository.enqueue, new_job, now=now)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[ThreadTransaction]:

@@ -62,11 +62,30 @@ class PgEnqueue(PgWakeups):
         one prepared ``INSERT ... RETURNING id`` sent straight on a pooled psycopg connection
         (:mod:`.pg_driver`), and the job is built from the request (:func:`.mapping.inserted_job`):
         the shortest path from ``enqueue`` to a committed row, which is most of a job's start latency.
-        Under the async API (a bound connection, :func:`.transactions.run_bound`) the same statement
-        runs on that connection."""
+        On a bound connection (:func:`.transactions.run_bound`) the same statement runs on that
+        connection; the async API sends it on a driver connection of its own loop
+        (:mod:`.pg_async_driver`)."""
         bound = bound_connection()
         if connection is not None or new_job.idempotency_key is not None or new_job.concurrency_key is not None:
             return super().enqueue(new_job, now=now, connection=connection)
+        now, sql, params = self.single_insert(new_job, now)
+        if bound is not None:  # the async API: the same statement on its bound connection
+            job_id = self._on_caller(nullcontext(bound), "enqueue a job", lambda c: c.exec_driver_sql(sql, params).scalar_one())
+            return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
+        try:
+            [(job_id, *_)] = self._driver_once("enqueue a job", sql, params)
+        except _UnknownOutcome as unknown:
+            raise unknown_enqueue_error(self.safe_url) from unknown.cause
+        return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
+
+    def single_insert(self, new_job: NewJob, now: datetime) -> tuple[datetime, str, tuple[Any, ...]]:
+        """The one statement that stores ``new_job`` (no idempotency key) created at ``now``, with
+        psycopg ``%s`` parameters, returning the new id first (with wake-ups on, it also
+        notifies): ``(now, sql, params)``.  The sync enqueue and the async API send the same one.
+
+        Raises:
+            ValidationError: ``now`` or the job's ``scheduled_at`` is not an aware datetime.
+        """
         now = ensure_utc(now, "now")
         ensure_utc(new_job.scheduled_at, "scheduled_at")
         sql = self._statements.get("insert_driver")
@@ -83,14 +102,7 @@ class PgEnqueue(PgWakeups):
             if sql is None:
                 sql = self._statements["insert_driver_notify"] = notifying_insert(self._statements["insert_driver"])
             params = (*params, self.wakeup_channel)
-        if bound is not None:  # the async API: the same statement on its bound connection
-            job_id = self._on_caller(nullcontext(bound), "enqueue a job", lambda c: c.exec_driver_sql(sql, params).scalar_one())
-            return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
-        try:
-            [(job_id, *_)] = self._driver_once("enqueue a job", sql, params)
-        except _UnknownOutcome as unknown:
-            raise unknown_enqueue_error(self.safe_url) from unknown.cause
-        return EnqueueResult(inserted_job(new_job, int(job_id), now), created=True)
+        return now, sql, params
 
     def enqueue_many(self, new_jobs: Sequence[NewJob], *, now: datetime, connection: Any = None) -> list[EnqueueResult]:
         """As the base class; afterwards, a large bulk enqueue refreshes the planner's statistics

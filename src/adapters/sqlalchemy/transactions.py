@@ -187,9 +187,13 @@ class SqlTransactions:
             "and not locked by a long transaction)"
         )
 
+    def _backoff(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (0-based): doubling from
+        :attr:`retry_base_delay` up to :attr:`retry_max_delay`, times 0.5-1.5 at random."""
+        return min(self.retry_base_delay * (2**attempt), self.retry_max_delay) * (0.5 + random.random())
+
     def _sleep(self, attempt: int) -> None:
-        delay = min(self.retry_base_delay * (2**attempt), self.retry_max_delay)
-        time.sleep(delay * (0.5 + random.random()))
+        time.sleep(self._backoff(attempt))
 
     def _retrying(self, doing: str, work: Callable[[], T]) -> T:
         """Run ``work`` (one whole transaction) again on transient errors, with backoff.

@@ -184,16 +184,23 @@ class AsyncApiContract:
         app.dispatcher.notify = recording  # type: ignore[method-assign]
         app.dispatcher.notify_blocks = True  # type: ignore[attr-defined]  # as Redis Streams' XADD does
 
-        async def scenario() -> int:
+        async def scenario() -> tuple[int, int]:
             async with app.atransaction() as tx:
                 job = (await app.aenqueue("n", connection=tx)).job
                 await asyncio.sleep(0.05)
                 assert heard == []  # not before the commit
-            return job.id
+            for _ in range(1000):  # the transaction's notification first (10 s at most)
+                if heard:
+                    break
+                await asyncio.sleep(0.01)
+            done.clear()
+            plain = (await app.aenqueue("plain")).job  # no caller's transaction: its own write
+            return job.id, plain.id
 
-        job_id = asyncio.run(scenario())
+        job_id, plain_id = asyncio.run(scenario())
         assert done.wait(10)
-        assert heard[0][0] == [job_id] and heard[0][1] is False
+        assert [ids for ids, _, _ in heard] == [[job_id], [plain_id]]
+        assert [on_loop for _, on_loop, _ in heard] == [False, False]
 
     def test_concurrent_aenqueues_each_store_one_job(self, apps: AppFactory) -> None:
         app = apps()
@@ -207,6 +214,18 @@ class AsyncApiContract:
         assert sum(r.created for r in results[:10]) == 1 and len({r.job.id for r in results[:10]}) == 1
         assert len({r.job.id for r in results[10:]}) == 40
         assert asyncio.run(app.acounts())[JobStatus.QUEUED] == 41
+
+    def test_aenqueue_keeps_a_concurrency_key_in_and_out_of_a_transaction(self, apps: AppFactory) -> None:
+        app = apps()
+
+        async def scenario() -> list[str | None]:
+            plain = await app.aenqueue("k", concurrency_key="customer-1")
+            async with app.atransaction() as tx:
+                joined = await app.aenqueue("k", concurrency_key="customer-2", connection=tx)
+            unkeyed = await app.aenqueue("k")
+            return [(await app.aget(r.job.id)).concurrency_key for r in (plain, joined, unkeyed)]
+
+        assert asyncio.run(scenario()) == ["customer-1", "customer-2", None]
 
 
 __all__ = ["STEPS", "AsyncApiContract", "error_shape", "run_async", "run_sync", "shape"]
