@@ -194,6 +194,7 @@ class WorkerPool:
                 held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
                 clock=clock, retry_policy=self.retry_policy, concurrency=self.async_concurrency,
                 worker_id=self.worker_id, counts=counts, job_timeout=self.job_timeout, ratelog=ratelog,
+                observer=observer,
             )
             pool_runner = RunnerByKind(runner, self._async_runner, handlers)
         self._shutdown = shutdown = Shutdown(
