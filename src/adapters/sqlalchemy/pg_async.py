@@ -19,6 +19,10 @@ A one-statement call (a single enqueue, a read) runs in autocommit: one round tr
 ``BEGIN``/``COMMIT``.  After-commit callbacks (the dispatcher's notification) of a call on a
 connection of its own run once it committed; on the caller's connection, once the caller's
 transaction commits; the async API hands them to a thread either way.
+
+A caller's raw psycopg ``AsyncConnection`` is joined too, on the caller's loop, in the caller's
+transaction (:mod:`.async_driver_connections`); it has no commit hook, so the next poll or sweep
+finds the job once the caller committed.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.util import greenlet_spawn
 from tether.adapters.sqlalchemy.async_access import run_on_caller
+from tether.adapters.sqlalchemy.async_driver_connections import AsyncDriverConnections
 from tether.adapters.sqlalchemy.commit_hooks import run_safely
 from tether.adapters.sqlalchemy.postgres import PostgresJobRepository
 from tether.adapters.sqlalchemy.transactions import run_bound
@@ -61,6 +67,7 @@ class PgAsyncAccess(AsyncAccess):
         self._engines: dict[int, tuple[asyncio.AbstractEventLoop, AsyncEngine, AsyncEngine]] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._drivers = AsyncDriverConnections(repository._drivers)  # a caller's psycopg AsyncConnection
 
     def engine(self) -> AsyncEngine:
         """The async engine of the running loop (created at its first use).
@@ -103,6 +110,8 @@ class PgAsyncAccess(AsyncAccess):
 
     async def run(self, call: Callable[[Any], T], connection: Any = None, *, single: bool = False) -> T:
         if connection is not None:
+            if isinstance(connection, psycopg.AsyncConnection):
+                return await self._drivers.run(connection, call)
             if not isinstance(connection, AsyncConnection | AsyncSession):
                 return await asyncio.to_thread(call, connection)  # a sync Connection/Session: theirs to share
             return await run_on_caller(self._repository, connection, call)
@@ -138,6 +147,7 @@ class PgAsyncAccess(AsyncAccess):
         with self._lock:
             self._closed = True
             engines, self._engines = list(self._engines.values()), {}
+        self._drivers.close()
         for loop, engine, _ in engines:
             try:
                 _dispose(loop, engine)
