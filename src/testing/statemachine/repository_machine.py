@@ -2,7 +2,7 @@
 against the pure model of :mod:`tether.testing.model`.
 
 Steps: enqueue (one at a time, in batches, in transactions that roll back), leases (by queue
-filter and by id), the holder's writes (complete, fail, permanent failure, dead letter, heartbeat,
+filter, by job type and by id), the holder's writes (complete, fail, permanent failure, dead letter, heartbeat,
 release, snooze), running limits set and cleared with a lease, writes with stale or foreign tokens, a lease taken over (case C01 as one step),
 an operator's cancel (one job, or a batch by queue), the reaper, manual retry of dead and
 cancelled jobs, purge, clock steps, and on a repository that is a schedule store too, schedule
@@ -26,6 +26,7 @@ from tether.ports.overview import queue_summaries_of
 from tether.ports.repository import JobRepository
 from tether.testing.model import FINISHED, JobModel, ModelInvalid, ModelJob, ModelLeaseLost, ModelNotFound
 from tether.testing.statemachine.base import (
+    JOB_TYPE_FILTERS,
     LEASE_TIMEOUT,
     QUEUE_FILTERS,
     QUEUES,
@@ -88,6 +89,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         model = expected or self.model.jobs[self._ordinal(job)]
         want: dict[str, Any] = {
             "id": self.ids[model.ordinal],
+            "job_type": model.job_type,
             "queue": model.queue,
             "priority": model.priority,
             "status": model.status,
@@ -120,7 +122,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
     def _enqueued(self, new: NewJob, created: bool, job: Job) -> None:
         ordinal, expect_created = self.model.enqueue(
             queue=new.queue, priority=new.priority, max_attempts=new.max_attempts,
-            scheduled_at=new.scheduled_at, key=new.idempotency_key, payload=new.payload,
+            scheduled_at=new.scheduled_at, key=new.idempotency_key, payload=new.payload, job_type=new.job_type,
         )
         assert created == expect_created, f"created={created}, the model says {expect_created} (key {new.idempotency_key})"
         if created:
@@ -197,10 +199,12 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
             model.set_rate(queue, None, None)
 
     @rule(worker=st.sampled_from(WORKERS), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3),
-          listed_order=st.booleans(), paused=st.sampled_from((None, *QUEUES)), running_limit=running_limits)
+          listed_order=st.booleans(), paused=st.sampled_from((None, *QUEUES)), running_limit=running_limits,
+          job_types=st.sampled_from(JOB_TYPE_FILTERS))
     def lease(
         self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool = False,
         paused: str | None = None, running_limit: int | str | tuple[int, float] | None = None,
+        job_types: tuple[str, ...] | None = None,
     ) -> None:
         """A lease, in the model's order (``listed_order``: queue by queue as listed); with
         ``paused``, that queue is paused for it (nothing of it may come back, nor be listed by
@@ -210,7 +214,8 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         no more of a queue than its free slots (running jobs under unexpired leases count) and
         its window's remaining starts, cut in lease order.  Like
         pause it rides on the lease rather than on a rule of its own, so the number of rules
-        (and the default budget's reach) stays as it was.
+        (and the default budget's reach) stays as it was.  With ``job_types`` the lease asks only
+        for those job types (``JobRepository.lease(job_types=...)``; ``()`` leases nothing).
         """
         if running_limit is not None:
             self._control((queue_filter or QUEUES)[0], running_limit)
@@ -218,13 +223,16 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
             assert self.repository.set_queue_paused(paused, True, now=self.clock.now()).paused
             self.model.pause(paused)
         try:
-            self._lease(worker, queue_filter, limit, listed_order)
+            self._lease(worker, queue_filter, limit, listed_order, job_types)
         finally:
             if paused is not None:
                 assert not self.repository.set_queue_paused(paused, False, now=self.clock.now()).paused
                 self.model.resume(paused)
 
-    def _lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool) -> None:
+    def _lease(
+        self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool,
+        job_types: tuple[str, ...] | None = None,
+    ) -> None:
         now = self.clock.now()
         if not listed_order:
             expected = self.model.next_leases(now=now, queues=queue_filter, limit=limit, limits=False)
@@ -233,11 +241,12 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
                 f"due_jobs gave {[describe(j) for j in listed]}, the model's lease order says ordinals {expected}")
         expected = self.model.next_leases(
             now=now, queues=queue_filter, limit=limit, listed_order=listed_order,
-            limited_last=self.limited_queues_last,
+            limited_last=self.limited_queues_last, job_types=job_types,
         )
         got = self.repository.lease(
             queues=None if queue_filter is None else list(queue_filter), worker_id=worker, now=now,
             lease_timeout=LEASE_TIMEOUT, limit=limit, listed_order=listed_order,
+            **({} if job_types is None else {"job_types": list(job_types)}),
         )
         leased = [self._ordinal(j) for j in got]
         if self.limited_queues_last and any(self.model.limited(q) for q in QUEUES):
