@@ -20,6 +20,7 @@ from typing import Any, Self
 import pytest
 from tether.adapters.clock import SystemClock
 from tether.adapters.polling import PollingDispatcher
+from tether.domain.errors import StorageUnavailable
 from tether.domain.job import JobStatus
 from tether.domain.retry import RetryPolicy
 from tether.entrypoints.container import connect
@@ -159,3 +160,28 @@ def test_a_pool_of_both_kinds_asks_each_kind_its_own_types_and_leaves_jobs_it_ha
     assert ("fetch", "plain") in repo.filters
     assert repo.refills == []  # the flush leases nothing: its lease could not choose the kind
     assert app.get(stranger.id).status is JobStatus.QUEUED and app.get(stranger.id).attempts == 0
+
+
+class FollowUpFailsRepository(RecordingRepository):
+    """Every lease of one kind alone fails (the follow-ups after a full lease of both kinds)."""
+
+    def lease(self, **options: Any) -> list[Any]:
+        if len(options.get("job_types") or ()) == 1:
+            self.filters.append("failed")
+            raise StorageUnavailable("the follow-up lease fails")
+        return super().lease(**options)
+
+
+def test_jobs_of_a_full_lease_of_both_kinds_are_run_when_the_follow_up_lease_fails() -> None:
+    repo, clock = FollowUpFailsRepository(), SystemClock()
+    app = Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock, retry_policy=FAST)
+    app.handler("plain")(lambda payload: None)
+
+    @app.handler("fetch")
+    async def fetch(payload: dict) -> None:
+        await asyncio.sleep(0)
+
+    app.enqueue_many([EnqueueRequest("plain") for _ in range(6)] + [EnqueueRequest("fetch") for _ in range(6)])
+    with app.worker(concurrency=2, async_concurrency=3, max_wait=0.05, reap_interval=60):
+        wait_for(lambda: app.counts()[JobStatus.COMPLETED] == 12, what="every job to complete, none left leased")
+    assert "failed" in repo.filters  # the follow-ups did fail, and what came before them ran

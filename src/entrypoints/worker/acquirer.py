@@ -323,7 +323,16 @@ class Acquirer:
             jobs, wait = [], self._max_wait
         for on_loop in (True, False):
             if room[on_loop] > 0:
-                jobs += lease(types[on_loop], room[on_loop], wait)
+                try:
+                    jobs += lease(types[on_loop], room[on_loop], wait)
+                except BaseException as exc:  # what is leased already is handed out, never lost
+                    if not jobs:
+                        raise
+                    self._ratelog(
+                        "acquire", logging.WARNING, "worker %s: a lease query failed (%s); handing out the %d job(s) "
+                        "leased before it", self._worker_id, describe_failure(exc, 500), len(jobs),
+                    )
+                    break
         return jobs
 
     def _hand_out(self, jobs: list[Job], reserved: int, rooms: tuple[int, int] | None = None) -> None:
