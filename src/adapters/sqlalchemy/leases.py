@@ -123,11 +123,31 @@ class SqlLeases(SqlQueueControls):
 
     def _lease_rows(
         self, conn: Connection, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float,
-        limit: int, skip: Sequence[int] = (), job_types: Sequence[str] | None = None,
+        limit: int, skip: Sequence[int] = (), job_types: Sequence[str] | None = None, limited: bool = True,
     ) -> list[Row[Any]]:
         """Lease up to ``limit`` due jobs in one statement, none of the ids in ``skip`` (and only
-        of ``job_types`` when given); returns the leased rows (any order)."""
+        of ``job_types`` when given), then (with ``limited``) from the limited queues among
+        ``queues`` (:meth:`_limited_rows`); returns the leased rows (any order)."""
         raise NotImplementedError
+
+    def _limited_rows(
+        self, conn: Connection, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float,
+        limit: int, skip: Sequence[int] = (), job_types: Sequence[str] | None = None, listed: bool = False,
+    ) -> list[Row[Any]]:
+        """Up to ``limit`` due jobs of the limited queues among ``queues`` (``listed``: in the order
+        listed), each at most its free slots, in the transaction of ``conn``."""
+        rows: list[Row[Any]] = []
+        if limit < 1:
+            return rows
+        expires = now + timedelta(seconds=lease_timeout)
+        for name in self._limited_queues(queues, conn, listed=listed):
+            rows += self._lease_limited(
+                conn, name, worker_id=worker_id, now=now, expires=expires, limit=limit - len(rows), skip=skip,
+                job_types=job_types,
+            )
+            if len(rows) >= limit:
+                break
+        return rows
 
     def lease(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
@@ -161,23 +181,24 @@ class SqlLeases(SqlQueueControls):
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
         listed: bool = False, skip: Sequence[int] = (), job_types: Sequence[str] | None = None,
     ) -> list[Row[Any]]:
-        typed = {} if job_types is None else {"job_types": job_types}
-
         def lease_rows(conn: Connection) -> list[Row[Any]]:
             if not listed or queues is None:
                 return self._lease_rows(
                     conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, skip=skip,
-                    **typed,
+                    job_types=job_types,
                 )
-            rows: list[Row[Any]] = []  # queue by queue, in one transaction
+            rows: list[Row[Any]] = []  # queue by queue, in one transaction, the limited queues last (as on PostgreSQL)
             for queue in queues:
                 rows += self._lease_rows(
                     conn, queues=[queue], worker_id=worker_id, now=now, lease_timeout=lease_timeout,
-                    limit=limit - len(rows), skip=skip, **typed,
+                    limit=limit - len(rows), skip=skip, limited=False, job_types=job_types,
                 )
                 if len(rows) >= limit:
-                    break
-            return rows
+                    return rows
+            return rows + self._limited_rows(
+                conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(rows),
+                skip=skip, job_types=job_types, listed=True,
+            )
 
         return self._write("lease jobs", lease_rows)
 

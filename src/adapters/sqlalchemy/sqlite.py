@@ -233,7 +233,7 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
 
     def _lease_rows(
         self, conn: Connection, *, queues: Any, worker_id: str, now: Any, lease_timeout: float, limit: int,
-        skip: Sequence[int] = (), job_types: Sequence[str] | None = None,
+        skip: Sequence[int] = (), job_types: Sequence[str] | None = None, limited: bool = True,
     ) -> list[Row[Any]]:
         shape = self._queue_shape(queues)
         typed = job_types is not None
@@ -262,14 +262,11 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
         if job_types is not None:
             params["p_types"] = list(job_types)
         rows = list(conn.execute(stmt, params))
-        # The limited queues, in this same write transaction (SQLite has one writer at a time).
-        for name in self._limited_queues(queues, conn) if len(rows) < limit else ():
-            rows += self._lease_limited(
-                conn, name, worker_id=worker_id, now=now, expires=params["p_expires"], limit=limit - len(rows),
+        if limited:  # the limited queues, in this same write transaction (SQLite has one writer at a time)
+            rows += self._limited_rows(
+                conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(rows),
                 skip=skip, job_types=job_types,
             )
-            if len(rows) >= limit:
-                break
         return rows
 
     def _lease_token_expression(self) -> Any:

@@ -26,11 +26,11 @@ from tether.ports.overview import queue_summaries_of
 from tether.ports.repository import JobRepository
 from tether.testing.model import FINISHED, JobModel, ModelInvalid, ModelJob, ModelLeaseLost, ModelNotFound
 from tether.testing.statemachine.base import (
-    JOB_TYPE_FILTERS,
     LEASE_TIMEOUT,
     QUEUE_FILTERS,
     QUEUES,
     TIMEOUT_ERROR,
+    WORKER_JOB_TYPES,
     WORKERS,
     WRITES,
     MachineBase,
@@ -199,12 +199,10 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
             model.set_rate(queue, None, None)
 
     @rule(worker=st.sampled_from(WORKERS), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3),
-          listed_order=st.booleans(), paused=st.sampled_from((None, *QUEUES)), running_limit=running_limits,
-          job_types=st.sampled_from(JOB_TYPE_FILTERS))
+          listed_order=st.booleans(), paused=st.sampled_from((None, *QUEUES)), running_limit=running_limits)
     def lease(
         self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool = False,
         paused: str | None = None, running_limit: int | str | tuple[int, float] | None = None,
-        job_types: tuple[str, ...] | None = None,
     ) -> None:
         """A lease, in the model's order (``listed_order``: queue by queue as listed); with
         ``paused``, that queue is paused for it (nothing of it may come back, nor be listed by
@@ -214,8 +212,8 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         no more of a queue than its free slots (running jobs under unexpired leases count) and
         its window's remaining starts, cut in lease order.  Like
         pause it rides on the lease rather than on a rule of its own, so the number of rules
-        (and the default budget's reach) stays as it was.  With ``job_types`` the lease asks only
-        for those job types (``JobRepository.lease(job_types=...)``; ``()`` leases nothing).
+        (and the default budget's reach) stays as it was.  A worker of :data:`WORKER_JOB_TYPES`
+        asks only for its job types (``JobRepository.lease(job_types=...)``), the others for all.
         """
         if running_limit is not None:
             self._control((queue_filter or QUEUES)[0], running_limit)
@@ -223,7 +221,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
             assert self.repository.set_queue_paused(paused, True, now=self.clock.now()).paused
             self.model.pause(paused)
         try:
-            self._lease(worker, queue_filter, limit, listed_order, job_types)
+            self._lease(worker, queue_filter, limit, listed_order, WORKER_JOB_TYPES.get(worker))
         finally:
             if paused is not None:
                 assert not self.repository.set_queue_paused(paused, False, now=self.clock.now()).paused
