@@ -42,6 +42,7 @@ from tether.domain.validation import (
     CANCELLABLE_STATUSES,
     validate_cancel_statuses,
     validate_int,
+    validate_job_types,
     validate_seconds,
     validate_worker_id,
 )
@@ -105,6 +106,19 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
             job = self._jobs.get(job_id)
             if job is not None and job.status.is_leasable and job.scheduled_at == scheduled_at:
                 heapq.heappush(ready, lease_order_key(job))
+
+    def _first_of_types(
+        self, ready: list[tuple[int, datetime, int]], types: frozenset[str], now: datetime,
+        holds: dict[str, int] | None = None,
+    ) -> tuple[int, datetime, int] | None:
+        """The first entry of ``ready`` in lease order whose job is of ``types``, due at ``now``
+        and, under a per-key limit (``holds``: key -> slots held), of a key with room (a scan of
+        the queue's ready jobs: the in-memory store keeps no index by type)."""
+        return min(
+            (e for e in ready if self._valid_ready(e) and self._jobs[e[2]].job_type in types and self._jobs[e[2]].is_due(now)
+             and not self._key_full(self._jobs[e[2]].queue, self._jobs[e[2]], holds)),
+            default=None,
+        )
 
     def _valid_ready(self, entry: tuple[int, datetime, int]) -> bool:
         job = self._jobs.get(entry[2])
@@ -273,12 +287,15 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
     # -- leases ------------------------------------------------------------------------------
     def lease(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
-        listed_order: bool = False,
+        listed_order: bool = False, job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         now = ensure_utc(now, "now")
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
+        types = None if job_types is None else frozenset(validate_job_types(job_types) or ())
         leased: list[Job] = []
+        if types is not None and not types:
+            return leased
         with self._lock:
             names = list(self._waiting.keys() | self._ready.keys()) if queues is None else list(queues)
             rooms: dict[str, int | None] = {}
@@ -304,13 +321,21 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
                             passed.append((name, heapq.heappop(ready)))  # put back after this lease
                         else:
                             break
-                    if ready and (best is None or ready[0] < best):
-                        best, best_queue = ready[0], name
+                    head = ready[0] if ready else None
+                    if ready and types is not None:  # the best due job of the types asked whose key has room
+                        head = self._first_of_types(ready, types, now, holds[name])
+                    if head is not None and (best is None or head < best):
+                        best, best_queue = head, name
                         if listed_order and queues is not None:  # the first listed queue with a due job
                             break
                 if best is None:
                     break
-                heapq.heappop(self._ready[best_queue])
+                if types is None:
+                    heapq.heappop(self._ready[best_queue])
+                else:
+                    ready = self._ready[best_queue]
+                    ready.remove(best)
+                    heapq.heapify(ready)
                 self._hold_key(self._jobs[best[2]], holds[best_queue])
                 room = rooms[best_queue]
                 if room is not None:

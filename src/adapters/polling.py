@@ -99,9 +99,10 @@ class PollingDispatcher(Dispatcher):
         lease_timeout: float,
         max_wait: float,
         listed_order: bool = False,
+        job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """Lease up to ``limit`` due jobs for ``worker_id``, waiting up to ``max_wait`` seconds
-        (``listed_order``: as for ``JobRepository.lease``).
+        (``listed_order``, ``job_types``: as for ``JobRepository.lease``).
 
         Returns the leased jobs as soon as a lease query finds any; ``[]`` after ``max_wait``
         seconds without work, or at once after :meth:`wake`.
@@ -122,6 +123,7 @@ class PollingDispatcher(Dispatcher):
             jobs = self.repository.lease(
                 queues=queues, worker_id=worker_id, now=self.clock.now(), lease_timeout=lease_timeout, limit=limit,
                 **({"listed_order": True} if listed_order else {}),  # a repository of an older port lacks it
+                **({} if job_types is None else {"job_types": job_types}),
             )
             if jobs:
                 with self._cond:

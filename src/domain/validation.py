@@ -76,6 +76,19 @@ def validate_job_type(job_type: object) -> str:
     return job_type
 
 
+def validate_job_types(value: object, field: str = "job_types") -> list[str] | None:
+    """None, or the job types of ``value`` (a list, tuple or set of job type names), duplicates
+    dropped, in the order given; else ValidationError naming ``field`` (a lease filter by job type)."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple | set | frozenset):
+        raise ValidationError(field, f"must be a list of job types or None, got {shown(value)}")
+    try:
+        return list(dict.fromkeys(validate_job_type(job_type) for job_type in value))
+    except ValidationError as error:
+        raise ValidationError(field, error.problem) from None
+
+
 def validate_int(value: object, field: str, low: int, high: int) -> int:
     """Return ``value`` if it is an int (not a bool) in ``[low, high]``, else raise ValidationError."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -72,7 +72,9 @@ class AsyncApi:
     ) -> EnqueueResult:
         """:meth:`~tether.entrypoints.service.Tether.enqueue` without blocking the event loop; same
         arguments, result and errors.  ``connection`` may also be a SQLAlchemy ``AsyncConnection``
-        or ``AsyncSession``, or the handle of :meth:`atransaction`.
+        or ``AsyncSession``, the handle of :meth:`atransaction`, or (on PostgreSQL) a raw psycopg 3
+        ``AsyncConnection``, joined in its current transaction: the job exists once the caller
+        commits, and, a driver connection having no commit hook, is found by the next poll or sweep.
 
         Raises:
             ValidationError / PayloadError: naming the bad field (``connection`` for a connection

@@ -47,6 +47,13 @@ class Dispatcher(Protocol):
         ``queues`` in the order listed (see ``JobRepository.lease``); a worker pool serving several
         named queues rotates its list from one call to the next, so no queue starves another.
 
+        A dispatcher that can lease by job type also takes ``job_types: Sequence[str] | None``
+        (None: every type; else only jobs of those types, as ``JobRepository.lease`` does): a
+        worker pool with both thread-run and ``async def`` handlers then asks each kind's types
+        for that kind's free slots.  A worker pool passes it only to a dispatcher whose
+        ``acquire`` takes it (polling and LISTEN do; Redis Streams does not, and its pools lease
+        unfiltered).
+
         Raises:
             StorageUnavailable: the repository could not be reached (the caller backs off).
         """

@@ -116,6 +116,7 @@ class JobRepository(Protocol):
         lease_timeout: float,
         limit: int = 1,
         listed_order: bool = False,
+        job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """Lease up to ``limit`` due jobs (all queues if ``queues`` is None) in lease order
         (priority DESC, scheduled_at ASC, id ASC); each gets a fresh fencing token and expires
@@ -126,7 +127,20 @@ class JobRepository(Protocol):
         in one global lease order.  True takes the queues in the order listed: the due jobs of
         ``queues[0]`` in lease order, then, if ``limit`` is not reached, those of ``queues[1]``,
         and so on (returned in that order); a worker pool rotating its list this way serves its
-        queues fairly.  Ignored when ``queues`` is None."""
+        queues fairly.  Ignored when ``queues`` is None.
+
+        ``job_types``: None (the default) leases jobs of every type; a list leases only jobs whose
+        ``job_type`` is in it, in the same order among themselves (an empty list leases nothing).
+        A worker pool that runs two kinds of handler (threads and ``async def``) asks each kind's
+        types for that kind's free slots.  A filtered lease reads the due jobs in lease order and
+        passes over those of other types, so a backlog of other types ahead of the first match
+        costs it the reading of that backlog (see docs/handlers-and-workers.md); the unfiltered
+        lease is unchanged.  Callers pass it only when filtering (an adapter written against an
+        older port may lack it).
+
+        Raises:
+            ValidationError: a bad queue name, worker id, ``lease_timeout`` or ``job_types``
+                (naming ``job_types``); nothing leased."""
         ...
 
     def lease_job(self, job_id: int, *, worker_id: str, now: datetime, lease_timeout: float) -> Job | None:
@@ -213,10 +227,10 @@ class JobRepository(Protocol):
         results = self.complete_many(items, now=now) if items else []
         if limit < 1:
             return results, []
+        listed: dict[str, Any] = {"listed_order": True} if listed_order else {}  # an adapter of an older port may lack it
         try:
             jobs = self.lease(
-                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
-                **({"listed_order": True} if listed_order else {}),  # an adapter of an older port may lack it
+                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, **listed,
             )
         except StorageUnavailable:
             if not items:

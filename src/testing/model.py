@@ -107,6 +107,7 @@ class ModelJob:
     leased_at: datetime | None = None
     history: list[Entry] = field(default_factory=list)
     limit_key: str | None = None
+    job_type: str = "machine.job"
 
     def due(self, now: datetime) -> bool:
         return self.status in (QUEUED, RETRYING) and self.scheduled_at <= now
@@ -254,14 +255,15 @@ class JobModel:
     # -- enqueue -----------------------------------------------------------------------------
     def enqueue(
         self, *, queue: str, priority: int, max_attempts: int, scheduled_at: datetime, key: str | None, payload: object,
-        limit_key: str | None = None,
+        limit_key: str | None = None, job_type: str = "machine.job",
     ) -> tuple[int, bool]:
         """Returns ``(ordinal, created)``; an existing key returns the holder's ordinal, False."""
         if key is not None and key in self.keys:
             return self.keys[key], False
         self.enqueued += 1
-        self.jobs[self.enqueued] = ModelJob(self.enqueued, queue, priority, max_attempts, scheduled_at, key, payload,
-                                            limit_key=limit_key)
+        self.jobs[self.enqueued] = ModelJob(
+            self.enqueued, queue, priority, max_attempts, scheduled_at, key, payload, limit_key=limit_key, job_type=job_type
+        )
         if key is not None:
             self.keys[key] = self.enqueued
         return self.enqueued, True
@@ -269,17 +271,20 @@ class JobModel:
     # -- leases ------------------------------------------------------------------------------
     def next_leases(
         self, *, now: datetime, queues: tuple[str, ...] | None, limit: int, listed_order: bool = False,
-        limits: bool = True, limited_last: bool = False,
+        limits: bool = True, limited_last: bool = False, job_types: tuple[str, ...] | None = None,
     ) -> list[int]:
         """Ordinals a lease of up to ``limit`` jobs takes, in lease order; with ``listed_order``
         (and queues named) queue by queue in the order listed, each in lease order.  Nothing of a
-        paused queue.  With ``limits`` (a lease; ``due_jobs`` has none) no more of a queue than
-        its running limit's room; with ``limited_last`` the jobs of queues with a running limit
-        come after every other queue's (exact with at most one such queue: a store that leases
-        several limited queues in turn may start at any of them)."""
+        paused queue, and with ``job_types`` nothing of another type (the others are passed
+        over, not counted: a filtered lease takes the same jobs as an unfiltered lease would if
+        only those types existed).  With ``limits`` (a lease; ``due_jobs`` has none) no more of a
+        queue than its running limit's room; with ``limited_last`` the jobs of queues with a
+        running limit come after every other queue's (exact with at most one such queue: a store
+        that leases several limited queues in turn may start at any of them)."""
         due = [
             j for j in self.jobs.values()
             if j.due(now) and j.queue not in self.paused and (queues is None or j.queue in queues)
+            and (job_types is None or j.job_type in job_types)
         ]
 
         def key(j: ModelJob) -> tuple[object, ...]:

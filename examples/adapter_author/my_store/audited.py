@@ -44,9 +44,9 @@ class AuditedJobRepository(JobRepository):
         return results
 
     def lease(self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float,
-              limit: int = 1, listed_order: bool = False) -> list[Job]:
+              limit: int = 1, listed_order: bool = False, job_types: Sequence[str] | None = None) -> list[Job]:
         jobs = self.inner.lease(queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
-                                listed_order=listed_order)
+                                listed_order=listed_order, job_types=job_types)
         self._audit(jobs, now)
         return jobs
 

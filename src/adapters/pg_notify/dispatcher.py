@@ -104,9 +104,10 @@ class ListeningDispatcher(Dispatcher):
         lease_timeout: float,
         max_wait: float,
         listed_order: bool = False,
+        job_types: Sequence[str] | None = None,
     ) -> list[Job]:
-        """As :meth:`PollingDispatcher.acquire` (``listed_order`` included); the first call starts
-        the listener.
+        """As :meth:`PollingDispatcher.acquire` (``listed_order`` and ``job_types`` included); the
+        first call starts the listener.
 
         Raises:
             StorageUnavailable: from the repository (the caller backs off).
@@ -116,7 +117,7 @@ class ListeningDispatcher(Dispatcher):
         self.listener.start()
         return self.polling.acquire(
             queues=queues, worker_id=worker_id, limit=limit, lease_timeout=lease_timeout, max_wait=max_wait,
-            listed_order=listed_order,
+            listed_order=listed_order, **({} if job_types is None else {"job_types": job_types}),
         )
 
     def leases_from(self, repository: JobRepository) -> bool:

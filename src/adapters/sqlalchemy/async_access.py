@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import psycopg
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
@@ -69,6 +70,11 @@ class SqlAlchemyAsyncAccess(ThreadedAsyncAccess):
     async def run(self, call: Callable[[Any], T], connection: Any = None, *, single: bool = False) -> T:
         if isinstance(connection, AsyncConnection | AsyncSession):
             return await run_on_caller(self._repository, connection, call)
+        if isinstance(connection, psycopg.AsyncConnection):
+            raise ValidationError(
+                "connection",
+                f"a psycopg AsyncConnection cannot reach this repository's {self._repository.engine.dialect.name} database",
+            )
         return await super().run(call, connection, single=single)
 
 

@@ -21,6 +21,9 @@ Before the first statement on a connection, it is checked to be on the repositor
 
 A mismatch raises :class:`~tether.domain.errors.ValidationError` naming ``connection``.
 
+A psycopg ``AsyncConnection`` is joined from the async API, the same way on the caller's event
+loop: :mod:`.async_driver_connections`.
+
 Driver connections offer no hook that runs after their COMMIT, so a job enqueued on one is not
 announced to the dispatcher: the next poll or sweep finds it (an integration that has its own
 commit hook, such as Django's ``transaction.on_commit``, can announce it there).
@@ -161,7 +164,7 @@ class DriverConnections:
         if driver == "sqlite3":
             self._check_sqlite(conn)
         elif raw not in self._checked:
-            self._check_postgres(conn)
+            self.check_postgres(conn)
             self._checked.add(raw)
 
     def _check_sqlite(self, conn: Connection) -> None:
@@ -176,12 +179,23 @@ class DriverConnections:
                 "connection", f"is on the SQLite file {theirs}, not on this repository's {self._sqlite_path}"
             )
 
-    def _check_postgres(self, conn: Connection) -> None:
-        theirs = tuple(conn.execute(_PG_IDENTITY).one())
+    @property
+    def url(self) -> Any:
+        """The repository's URL (a SQLAlchemy ``URL``)."""
+        return self._engine.url
+
+    def our_identity(self) -> tuple[Any, ...]:
+        """The repository's database as :data:`_PG_IDENTITY` reads it (read once, on a connection of its own)."""
         if self._our_identity is None:
             with self._engine.connect() as ours:
                 self._our_identity = tuple(ours.execute(_PG_IDENTITY).one())
-        if theirs != self._our_identity:
+        return self._our_identity
+
+    def check_postgres(self, conn: Connection) -> None:
+        """``conn`` (a caller's connection) is on the repository's PostgreSQL database and sees its
+        jobs table; else :class:`ValidationError` naming ``connection``."""
+        theirs = tuple(conn.execute(_PG_IDENTITY).one())
+        if theirs != self.our_identity():
             database, port, _ = theirs
             raise ValidationError(
                 "connection",

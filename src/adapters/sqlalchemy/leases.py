@@ -25,7 +25,7 @@ from tether.domain.errors import StorageRowError, StorageUnavailable
 from tether.domain.job import Job, JobStatus, lease_order_key, listed_order_key
 from tether.domain.lease import new_lease_token
 from tether.domain.timeutil import ensure_utc
-from tether.domain.validation import validate_queue, validate_seconds, validate_worker_id
+from tether.domain.validation import validate_job_types, validate_queue, validate_seconds, validate_worker_id
 
 
 class SqlLeases(SqlQueueControls):
@@ -63,9 +63,12 @@ class SqlLeases(SqlQueueControls):
                 params["p_queues"] = names
         return params
 
-    def _due_filter_params(self, shape: str, skip: bool = False, *, leasing: bool = True) -> list[ColumnElement[bool]]:
+    def _due_filter_params(
+        self, shape: str, skip: bool = False, *, leasing: bool = True, typed: bool = False
+    ) -> list[ColumnElement[bool]]:
         """The due-job predicate with bound parameters ``p_now`` and ``p_queue``/``p_queues``
-        (and ``p_skip``, the ids of jobs left out, with ``skip``: see :mod:`.row_faults`);
+        (and ``p_skip``, the ids of jobs left out, with ``skip``: see :mod:`.row_faults`; and
+        ``p_types``, the job types asked, with ``typed``);
         ``leasing``: of the plain lease path (restricted queues left out), else of ``due_jobs``
         (paused queues left out)."""
         t = self.table
@@ -81,6 +84,8 @@ class SqlLeases(SqlQueueControls):
             conditions.append(t.c.queue.in_(bindparam("p_queues", expanding=True, type_=t.c.queue.type)))
         if skip:
             conditions.append(t.c.id.not_in(bindparam("p_skip", expanding=True, type_=t.c.id.type)))
+        if typed:
+            conditions.append(t.c.job_type.in_(bindparam("p_types", expanding=True, type_=t.c.job_type.type)))
         return conditions
 
     def _lease_values_params(self, token: Any) -> dict[str, Any]:
@@ -118,66 +123,94 @@ class SqlLeases(SqlQueueControls):
 
     def _lease_rows(
         self, conn: Connection, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float,
-        limit: int, skip: Sequence[int] = (),
+        limit: int, skip: Sequence[int] = (), job_types: Sequence[str] | None = None, limited: bool = True,
     ) -> list[Row[Any]]:
-        """Lease up to ``limit`` due jobs in one statement, none of the ids in ``skip``; returns
-        the leased rows (any order)."""
+        """Lease up to ``limit`` due jobs in one statement, none of the ids in ``skip`` (and only
+        of ``job_types`` when given), then (with ``limited``) from the limited queues among
+        ``queues`` (:meth:`_limited_rows`); returns the leased rows (any order)."""
         raise NotImplementedError
+
+    def _limited_rows(
+        self, conn: Connection, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float,
+        limit: int, skip: Sequence[int] = (), job_types: Sequence[str] | None = None, listed: bool = False,
+    ) -> list[Row[Any]]:
+        """Up to ``limit`` due jobs of the limited queues among ``queues`` (``listed``: in the order
+        listed), each at most its free slots, in the transaction of ``conn``."""
+        rows: list[Row[Any]] = []
+        if limit < 1:
+            return rows
+        expires = now + timedelta(seconds=lease_timeout)
+        for name in self._limited_queues(queues, conn, listed=listed):
+            rows += self._lease_limited(
+                conn, name, worker_id=worker_id, now=now, expires=expires, limit=limit - len(rows), skip=skip,
+                job_types=job_types,
+            )
+            if len(rows) >= limit:
+                break
+        return rows
 
     def lease(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
-        listed_order: bool = False,
+        listed_order: bool = False, job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """Lease up to ``limit`` due jobs in lease order (or queue by queue in the order listed,
-        with ``listed_order``), each under a fresh fencing token.
+        with ``listed_order``; only of ``job_types`` when given), each under a fresh fencing token.
 
         Raises StorageUnavailable (never returns "no job" because the store was locked or down).
         """
         now = ensure_utc(now, "now")
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
-        if limit < 1 or (queues is not None and not queues):
+        types = validate_job_types(job_types)
+        if limit < 1 or (queues is not None and not queues) or (types is not None and not types):
             return []
         listed = listed_order and queues is not None and len(queues) > 1
         try:
             rows = self._lease_write(
                 queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed,
-                skip=self._skipped.ids(),
+                skip=self._skipped.ids(), job_types=types,
             )
         except StorageRowError:
             return self._lease_row_by_row(
-                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed
+                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed,
+                job_types=types,
             )
         return sorted((row_to_job(r) for r in rows), key=listed_order_key(queues) if listed else lease_order_key)
 
     def _lease_write(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
-        listed: bool = False, skip: Sequence[int] = (),
+        listed: bool = False, skip: Sequence[int] = (), job_types: Sequence[str] | None = None,
     ) -> list[Row[Any]]:
         def lease_rows(conn: Connection) -> list[Row[Any]]:
             if not listed or queues is None:
                 return self._lease_rows(
-                    conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, skip=skip
+                    conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, skip=skip,
+                    job_types=job_types,
                 )
-            rows: list[Row[Any]] = []  # queue by queue, in one transaction
+            rows: list[Row[Any]] = []  # queue by queue, in one transaction, the limited queues last (as on PostgreSQL)
             for queue in queues:
                 rows += self._lease_rows(
                     conn, queues=[queue], worker_id=worker_id, now=now, lease_timeout=lease_timeout,
-                    limit=limit - len(rows), skip=skip,
+                    limit=limit - len(rows), skip=skip, limited=False, job_types=job_types,
                 )
                 if len(rows) >= limit:
-                    break
-            return rows
+                    return rows
+            return rows + self._limited_rows(
+                conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(rows),
+                skip=skip, job_types=job_types, listed=True,
+            )
 
         return self._write("lease jobs", lease_rows)
 
     def _lease_row_by_row(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
-        listed: bool,
+        listed: bool, job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """A batch lease was refused because of a row (:class:`StorageRowError`): lease the due
         jobs one at a time (:meth:`lease_job`), in the order the batch would have, so the others
-        go through; each job whose row fails alone is skipped for a while (:mod:`.row_faults`)."""
+        go through; each job whose row fails alone is skipped for a while (:mod:`.row_faults`).
+        (With ``job_types``, the due jobs of other types read here are passed over: this degraded
+        path may then lease fewer than it could.)"""
         skip = set(self._skipped.ids())
         groups = [[q] for q in queues] if listed and queues is not None else [queues]
         leased: list[Job] = []
@@ -185,7 +218,7 @@ class SqlLeases(SqlQueueControls):
             for job in self.due_jobs(now=now, queues=group, limit=limit + len(skip)):
                 if len(leased) >= limit:
                     return leased
-                if job.id in skip:
+                if job.id in skip or (job_types is not None and job.job_type not in job_types):
                     continue
                 try:
                     got = self.lease_job(job.id, worker_id=worker_id, now=now, lease_timeout=lease_timeout)

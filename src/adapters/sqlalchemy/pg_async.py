@@ -25,6 +25,10 @@ The hottest call, a single enqueue without an idempotency key outside a caller's
 sync enqueue's own statement is awaited on a raw psycopg connection that the loop's driver pool
 (:mod:`.pg_async_driver`) leases from the same engine pool, so a loop still holds at most
 ``pool_size`` connections.
+
+A caller's raw psycopg ``AsyncConnection`` is joined too, on the caller's loop, in the caller's
+transaction (:mod:`.async_driver_connections`); it has no commit hook, so the next poll or sweep
+finds the job once the caller committed.
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.util import greenlet_spawn
 from tether.adapters.sqlalchemy.async_access import run_on_caller
+from tether.adapters.sqlalchemy.async_driver_connections import AsyncDriverConnections
 from tether.adapters.sqlalchemy.commit_hooks import run_safely
 from tether.adapters.sqlalchemy.pg_async_driver import AsyncDriverPool, enqueue_on_driver
 from tether.adapters.sqlalchemy.postgres import PostgresJobRepository
@@ -81,6 +87,7 @@ class PgAsyncAccess(AsyncAccess):
         self._engines: dict[int, LoopEngine] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._drivers = AsyncDriverConnections(repository._drivers)  # a caller's psycopg AsyncConnection
 
     def engine(self) -> AsyncEngine:
         """The async engine of the running loop (created at its first use).
@@ -142,6 +149,8 @@ class PgAsyncAccess(AsyncAccess):
 
     async def run(self, call: Callable[[Any], T], connection: Any = None, *, single: bool = False) -> T:
         if connection is not None:
+            if isinstance(connection, psycopg.AsyncConnection):
+                return await self._drivers.run(connection, call)
             if not isinstance(connection, AsyncConnection | AsyncSession):
                 return await asyncio.to_thread(call, connection)  # a sync Connection/Session: theirs to share
             return await run_on_caller(self._repository, connection, call)
@@ -191,6 +200,7 @@ class PgAsyncAccess(AsyncAccess):
         with self._lock:
             self._closed = True
             engines, self._engines = list(self._engines.values()), {}
+        self._drivers.close()
         for mine in engines:
             try:
                 _dispose(mine)

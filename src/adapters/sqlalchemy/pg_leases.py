@@ -47,7 +47,7 @@ from tether.adapters.sqlalchemy.transactions import _UnknownOutcome
 from tether.domain.errors import LeaseLost, StorageRowError, StorageUnavailable
 from tether.domain.job import Job, JobStatus, lease_order_key, listed_order_key
 from tether.domain.timeutil import ensure_utc, to_micros
-from tether.domain.validation import validate_seconds, validate_worker_id
+from tether.domain.validation import validate_job_types, validate_seconds, validate_worker_id
 
 #: The status a fenced completion writes on the row ``j``: ``cancelled`` when an operator asked to
 #: cancel the job while it ran (:func:`tether.domain.transitions.complete`), else ``completed``.
@@ -59,7 +59,7 @@ class PgLeases(PgConnections):
 
     _cache_limited = True
 
-    def _lease_parts(self, shape: str, skip: bool = False) -> tuple[str, str]:
+    def _lease_parts(self, shape: str, skip: bool = False, typed: bool = False) -> tuple[str, str]:
         """The two parts every lease statement shares, psycopg ``%(name)s`` parameters from
         :meth:`_lease_params` plus ``p_secret``: the ``chosen`` CTE body (the best ``p_limit``
         due rows of the queue filter ``shape`` in lease order, skipping rows other workers hold
@@ -75,7 +75,9 @@ class PgLeases(PgConnections):
         leases at ``p_now``, and its ``rate_limit`` less its starts in the rate window of
         ``p_now_us``; none when it is paused or no longer limited, or has a per-key limit);
         ``limited_key`` and ``limited_key_id``: the same for a queue with a per-key limit, each
-        key within its ``max_running_per_key`` (:mod:`.pg_key_limits`)."""
+        key within its ``max_running_per_key`` (:mod:`.pg_key_limits`).  With ``typed``, only rows
+        whose ``job_type`` is in ``p_types`` (a filtered lease: every shape's statement is
+        otherwise the same text)."""
         table = self._qualified_table
         columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
         controls = self._qualified_name(self.queues_table.name)
@@ -111,6 +113,8 @@ class PgLeases(PgConnections):
             queue_filter += f" AND queue NOT IN (SELECT name FROM {controls} WHERE {RESTRICTED_PREDICATE})"
         if skip:  # only while rows that failed alone are left out (see .row_faults)
             queue_filter += " AND id <> ALL(CAST(%(p_skip)s AS bigint[]))"
+        if typed:  # a lease filtered by job type (a pool with both thread and async handlers)
+            queue_filter += " AND job_type = ANY(CAST(%(p_types)s AS text[]))"
         due = (
             f"FROM {table} WHERE status IN ('queued', 'retrying') "
             f"AND scheduled_at <= %(p_now)s AND attempts < max_attempts{queue_filter} "
@@ -138,34 +142,40 @@ class PgLeases(PgConnections):
         )
         return chosen, update
 
-    def _lease_sql(self, shape: str, skip: bool = False) -> str:
+    def _lease_sql(self, shape: str, skip: bool = False, typed: bool = False) -> str:
         """The lease statement (:meth:`_lease_parts`) for a queue filter of ``shape``."""
-        key = ("lease_sql", shape, skip)
+        key = ("lease_sql", shape, skip, "typed") if typed else ("lease_sql", shape, skip)
         sql = self._statements.get(key)
         if sql is None:
-            chosen, update = self._lease_parts(shape, skip)
+            chosen, update = self._lease_parts(shape, skip, typed)
             sql = self._statements[key] = f"WITH chosen AS ({chosen}) {update}"
         return sql
 
     def lease(
         self, *, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int = 1,
-        listed_order: bool = False,
+        listed_order: bool = False, job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """As the base class, in one statement (:meth:`_lease_sql`) sent straight on a pooled psycopg
         connection (:mod:`.pg_driver`): the lease is on the path from a job's publish to its
-        handler's start.  A lease whose reply was lost is read back by its secret."""
+        handler's start.  A lease whose reply was lost is read back by its secret.  With
+        ``job_types``, the same statement with the job-type filter (``typed``)."""
         now = ensure_utc(now, "now")
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
-        if limit < 1 or (queues is not None and not queues):
+        types = None if job_types is None else validate_job_types(job_types)
+        if limit < 1 or (queues is not None and not queues) or (types is not None and not types):
             return []
         shape = self._listed_shape(queues, listed_order)
         skip = self._skipped.ids()
-        sql = self._lease_sql(shape, bool(skip))
+        sql = self._lease_sql(shape, bool(skip), types is not None)
         order = listed_order_key(queues) if shape == "listed" else lease_order_key
         base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
         if skip:
             base["p_skip"] = skip
+        typed: dict[str, Any] = {}
+        if types is not None:
+            base["p_types"] = types
+            typed["job_types"] = types
         for attempt in range(self.retry_attempts):
             secret = secrets.token_hex(16)
             try:
@@ -173,7 +183,7 @@ class PgLeases(PgConnections):
             except StorageRowError:  # one row refused: the others go through, one by one
                 return self._lease_row_by_row(
                     queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
-                    listed=shape == "listed",
+                    listed=shape == "listed", **typed,
                 )
             except _UnknownOutcome:
                 recovered = self._read(
@@ -187,7 +197,9 @@ class PgLeases(PgConnections):
                 continue
             jobs = [job_from_tuple(r) for r in rows]
             if len(jobs) < limit:  # the limited queues: one short counting transaction each
-                jobs += self._limited_top_up(queues, worker_id, now, lease_timeout, limit - len(jobs), shape == "listed")
+                jobs += self._limited_top_up(
+                    queues, worker_id, now, lease_timeout, limit - len(jobs), shape == "listed", **typed
+                )
             return sorted(jobs, key=order)
         # never "no job" because the store kept failing (the contract of lease)
         raise StorageUnavailable(f"{self.safe_url}: could not lease jobs: the connection kept failing")
@@ -198,41 +210,43 @@ class PgLeases(PgConnections):
 
     def _limited_top_up(
         self, queues: Sequence[str] | None, worker_id: str, now: datetime, lease_timeout: float, limit: int,
-        listed: bool,
+        listed: bool, job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """:meth:`_top_up_limited` (the limited queues in the order listed with ``listed``, the
         rows that failed alone left out); a row refused there sends the limited queues' leases
         one by one (:meth:`_lease_row_by_row`, which skips the bad row for a while); another
         storage error leases nothing more (the plain lease's jobs are still handed out; the next
         lease meets the trouble again)."""
+        typed = {} if job_types is None else {"job_types": job_types}
         try:
             return self._top_up_limited(
                 queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=listed,
-                skip=self._skipped.ids(),
+                skip=self._skipped.ids(), **typed,
             )
         except StorageRowError:
             limited = self._limited_queues(queues, listed=True)
             try:
                 return self._lease_row_by_row(
                     queues=limited, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, listed=True,
+                    **typed,
                 ) if limited else []
             except StorageUnavailable:
                 return []
         except StorageUnavailable:
             return []
 
-    def _limited_sql(self, shape: str, skip: bool = False) -> str:
+    def _limited_sql(self, shape: str, skip: bool = False, typed: bool = False) -> str:
         """The limited-queue lease as one simple query of two statements, an implicit transaction:
         lock the queue's row, then (a new statement, so a new snapshot that sees every lease
         committed before the lock was granted) count its running jobs and lease at most the
         remainder (:meth:`_lease_parts` shape ``limited``/``limited_id``, ``limited_key``/``limited_key_id``
         for a queue with a per-key limit), counting the leases in
         the queue's rate window (``window_start_us``, ``window_starts``) in the same statement."""
-        key = ("limited_sql", shape, skip)
+        key = ("limited_sql", shape, skip, "typed") if typed else ("limited_sql", shape, skip)
         sql = self._statements.get(key)
         if sql is None:
             controls = self._qualified_name(self.queues_table.name)
-            chosen, update = self._lease_parts(shape, skip)
+            chosen, update = self._lease_parts(shape, skip, typed)
             window = "(%(p_now_us)s / c.rate_period_us) * c.rate_period_us"
             count_starts = (  # the rate window's starts, in the same statement as the lease
                 f"UPDATE {controls} AS c SET window_start_us = {window}, window_starts = "
@@ -247,20 +261,22 @@ class PgLeases(PgConnections):
 
     def _lease_limited_alone(
         self, queue: str, *, worker_id: str, now: datetime, lease_timeout: float, limit: int, job_id: int | None = None,
-        skip: Sequence[int] = (),
+        skip: Sequence[int] = (), job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """The limited-queue lease (:meth:`_limited_sql`) in **one** round trip: both statements
         go in one simple query (parameters bound client-side), which PostgreSQL runs as one
         transaction, so the queue's row stays locked only while the server runs them.  A reply
         lost while it commits is read back by the lease's secret."""
         shape = "limited_key" if queue in self._keyed_limited else "limited"
-        sql = self._limited_sql(shape if job_id is None else f"{shape}_id", bool(skip))
+        sql = self._limited_sql(shape if job_id is None else f"{shape}_id", bool(skip), job_types is not None)
         params: dict[str, Any] = {
             **self._lease_params([queue], worker_id, now, lease_timeout, limit), "p_queue": queue, "p_id": job_id,
             "p_now_us": to_micros(now),
         }
         if skip:
             params["p_skip"] = list(skip)
+        if job_types is not None:
+            params["p_types"] = list(job_types)
 
         def run(driver: Any) -> list[tuple[Any, ...]]:
             cursor = psycopg.ClientCursor(driver)

@@ -205,7 +205,7 @@ class SqlQueueControls(SqlKeyLimits):
 
     def _lease_limited_alone(
         self, queue: str, *, worker_id: str, now: datetime, lease_timeout: float, limit: int, job_id: int | None = None,
-        skip: Sequence[int] = (),
+        skip: Sequence[int] = (), job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """:meth:`_lease_limited` in a transaction of its own (none of the ids in ``skip``); the jobs leased.  When the
         connection dies while it commits, the rows leased by this call (this worker, this ``now``
@@ -218,7 +218,7 @@ class SqlQueueControls(SqlKeyLimits):
                 "lease jobs of a limited queue",
                 lambda c: self._lease_limited(
                     c, queue, worker_id=worker_id, now=now, expires=expires, limit=limit, job_id=job_id, extra=extra,
-                    skip=skip,
+                    skip=skip, job_types=job_types,
                 ),
             )
         except _UnknownOutcome:
@@ -237,17 +237,18 @@ class SqlQueueControls(SqlKeyLimits):
 
     def _top_up_limited(
         self, queues: Sequence[str] | None, *, worker_id: str, now: datetime, lease_timeout: float, limit: int,
-        listed: bool = False, skip: Sequence[int] = (),
+        listed: bool = False, skip: Sequence[int] = (), job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """Up to ``limit`` more jobs from the limited queues among ``queues`` (``listed``: in the
-        order listed), none of the ids in ``skip``, one short transaction per queue (PostgreSQL:
-        after the one-statement plain lease)."""
+        order listed), none of the ids in ``skip`` (only of ``job_types`` when given), one short
+        transaction per queue (PostgreSQL: after the one-statement plain lease)."""
         jobs: list[Job] = []
         if limit < 1:
             return jobs
         for name in self._limited_queues(queues, listed=listed):
             jobs += self._lease_limited_alone(
-                name, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(jobs), skip=skip
+                name, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(jobs), skip=skip,
+                job_types=job_types,
             )
             if len(jobs) >= limit:
                 break
@@ -279,9 +280,10 @@ class SqlQueueControls(SqlKeyLimits):
         job_id: int | None = None,
         extra: dict[str, Any] | None = None,
         skip: Sequence[int] = (),
+        job_types: Sequence[str] | None = None,
     ) -> list[Row[Any]]:
         """Lease up to ``limit`` due jobs of the limited ``queue`` (only ``job_id`` when given;
-        none of the ids in ``skip``: see :mod:`.row_faults`), at most its free slots, in the transaction of ``conn`` (see the module docstring).  The
+        none of the ids in ``skip``: see :mod:`.row_faults`; only of ``job_types`` when given), at most its free slots, in the transaction of ``conn`` (see the module docstring).  The
         rows leased; none when the queue is paused, at its limit, or no longer limited (the plain
         path serves it then)."""
         q = self.queues_table
@@ -312,7 +314,9 @@ class SqlQueueControls(SqlKeyLimits):
             params.update(p_queue=queue, p_limit=limit if room is None else min(limit, room))
             if skip:
                 params["p_skip"] = list(skip)
-            rows = list(conn.execute(self._limited_statement(bool(skip)), params))
+            if job_types is not None:
+                params["p_types"] = list(job_types)
+            rows = list(conn.execute(self._limited_statement(bool(skip), typed=job_types is not None), params))
         if window is not None and rows:
             conn.execute(update(q).where(q.c.name == queue).values(window_start_us=window, window_starts=started + len(rows)))
         return rows
@@ -351,11 +355,14 @@ class SqlQueueControls(SqlKeyLimits):
             t.c.attempts < t.c.max_attempts,
         ]
 
-    def _limited_statement(self, skip: bool = False) -> Any:
-        stmt = self._statements.get(("lease_limited", skip))
+    def _limited_statement(self, skip: bool = False, *, typed: bool = False) -> Any:
+        key = ("lease_limited", skip, "typed") if typed else ("lease_limited", skip)
+        stmt = self._statements.get(key)
         if stmt is None:
             t = self.table
             left_out = [t.c.id.not_in(bindparam("p_skip", expanding=True, type_=t.c.id.type))] if skip else []
+            if typed:
+                left_out.append(t.c.job_type.in_(bindparam("p_types", expanding=True, type_=t.c.job_type.type)))
             chosen = (
                 select(t.c.id)
                 .where(*self._due(), t.c.queue == bindparam("p_queue", type_=t.c.queue.type), *left_out)
@@ -364,7 +371,7 @@ class SqlQueueControls(SqlKeyLimits):
                 .with_for_update(skip_locked=True)
                 .scalar_subquery()
             )
-            stmt = self._statements[("lease_limited", skip)] = (
+            stmt = self._statements[key] = (
                 update(t)
                 .where(t.c.id.in_(chosen), status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING))
                 .values(**self._lease_set())

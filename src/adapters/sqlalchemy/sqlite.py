@@ -233,16 +233,18 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
 
     def _lease_rows(
         self, conn: Connection, *, queues: Any, worker_id: str, now: Any, lease_timeout: float, limit: int,
-        skip: Sequence[int] = (),
+        skip: Sequence[int] = (), job_types: Sequence[str] | None = None, limited: bool = True,
     ) -> list[Row[Any]]:
         shape = self._queue_shape(queues)
-        stmt = self._statements.get(("lease", shape, bool(skip)))
+        typed = job_types is not None
+        key = ("lease", shape, bool(skip), "typed") if typed else ("lease", shape, bool(skip))
+        stmt = self._statements.get(key)
         if stmt is None:
             t = self.table
             chosen = (
                 t.select()
                 .with_only_columns(t.c.id)
-                .where(*self._due_filter_params(shape, skip=bool(skip)))
+                .where(*self._due_filter_params(shape, skip=bool(skip), typed=typed))
                 .order_by(*self._lease_order())
                 .limit(bindparam("p_limit", type_=Integer()))
                 .scalar_subquery()
@@ -253,19 +255,18 @@ class SqliteJobRepository(SqlAlchemyJobRepository):
                 .values(**self._lease_values_params(func.tether_lease_token()))
                 .returning(*t.c)
             )
-            self._statements[("lease", shape, bool(skip))] = stmt
+            self._statements[key] = stmt
         params = self._lease_params(queues, worker_id, now, lease_timeout, limit)
         if skip:
             params["p_skip"] = list(skip)
+        if job_types is not None:
+            params["p_types"] = list(job_types)
         rows = list(conn.execute(stmt, params))
-        # The limited queues, in this same write transaction (SQLite has one writer at a time).
-        for name in self._limited_queues(queues, conn) if len(rows) < limit else ():
-            rows += self._lease_limited(
-                conn, name, worker_id=worker_id, now=now, expires=params["p_expires"], limit=limit - len(rows),
-                skip=skip,
+        if limited:  # the limited queues, in this same write transaction (SQLite has one writer at a time)
+            rows += self._limited_rows(
+                conn, queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit - len(rows),
+                skip=skip, job_types=job_types,
             )
-            if len(rows) >= limit:
-                break
         return rows
 
     def _lease_token_expression(self) -> Any:

@@ -25,6 +25,15 @@ submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
   first, one lease query (its own or a refilling flush's) after another (:meth:`Acquirer.next_queues`,
   ``listed_order=True``), so a backlog in one queue cannot starve the others; within a queue, and
   for a pool on all queues, the strict lease order holds.
+- **Two kinds of handler** (a pool with ``async def`` handlers beside its threads, and a
+  dispatcher whose ``acquire`` takes ``job_types``): the room is counted per kind, each kind's
+  slots less the jobs of that kind the pool holds (waiting, running, or with their completion
+  on the wire) and no prefetch, and each kind is leased with its own job types
+  (:meth:`Acquirer._acquire_by_kind`), so the pool never holds more jobs of a kind than that
+  kind has slots.  While both kinds have room, one lease of both kinds' types asks for the
+  smaller room (whatever comes back fits either kind), and only when it came back full does a
+  lease per kind ask for what is left; the completion flush leases nothing then.  A pool whose
+  handlers are all of one kind leases exactly as before (one unfiltered lease query).
 - **Storage trouble** (``StorageUnavailable`` or any other error from the dispatcher) is logged
   at most about once a second and retried with a bounded exponential backoff
   (:data:`ACQUIRE_BACKOFF`).
@@ -47,8 +56,9 @@ from tether.domain.failure import describe_failure
 from tether.domain.job import Job
 from tether.entrypoints.context import JobContext
 from tether.entrypoints.worker.completions import CompletionBatcher, Refill
-from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.held import HeldJob, HeldJobs, HeldJobsByKind
 from tether.entrypoints.worker.queue_limits import QueueLimits
+from tether.entrypoints.worker.routing import RunnerByKind
 from tether.entrypoints.worker.runner import Runner
 from tether.entrypoints.worker.supervision import SupervisedThread
 from tether.ports.clock import Clock
@@ -134,6 +144,14 @@ class Acquirer:
         self._turn = itertools.count()  # which queue goes first in the next lease query
         self._rotates = queues is not None and len(queues) > 1
         self._acquire_listed = self._rotates and accepts_keyword(dispatcher.acquire, "listed_order")
+        #: the two runners, when the pool leases for each kind with its own job types; else None
+        self._kinds: RunnerByKind | None = None
+        self._kind_reserved = [0, 0]  # what lease queries on the wire reserved: threads, loop
+        if (isinstance(runner, RunnerByKind) and isinstance(held, HeldJobsByKind)
+                and accepts_keyword(dispatcher.acquire, "job_types") and accepts_keyword(repository.lease, "job_types")):
+            self._kinds = runner
+            self.free = self._free_by_kind  # type: ignore[method-assign]
+            self.wake = self._wake_by_kind  # type: ignore[method-assign]
 
     def start(self) -> None:
         """Start the thread (a daemon)."""
@@ -169,9 +187,10 @@ class Acquirer:
 
     def refill(self, handlers_busy: Callable[[], bool]) -> Refill | None:
         """How the completion flush leases for this pool, or None when the dispatcher does not
-        lease straight from the repository.  ``handlers_busy``: the runner's ``busy``."""
+        lease straight from the repository, or when this pool leases per kind (the flush's lease
+        could not choose the kind).  ``handlers_busy``: the runner's ``busy``."""
         leases_from = getattr(self._dispatcher, "leases_from", None)  # a third-party dispatcher may lack it
-        if leases_from is None or not leases_from(self._repository):
+        if leases_from is None or not leases_from(self._repository) or self._kinds is not None:
             return None
         rotate = self._rotates and accepts_keyword(self._repository.complete_and_lease, "listed_order")
         return Refill(
@@ -213,20 +232,29 @@ class Acquirer:
                 free = self.free()
                 if free <= 0 or stopping.is_set():
                     continue
-                self._reserved += free
+                rooms = None
+                if self._kinds is None:
+                    self._reserved += free
+                else:  # reserved per kind, given back by _hand_out
+                    rooms = self._kind_rooms()
+                    self._kind_reserved = [self._kind_reserved[0] + rooms[0], self._kind_reserved[1] + rooms[1]]
+                    free = 0
             jobs: list[Job] = []
             try:
-                jobs = self._dispatcher.acquire(
-                    queues=self.next_queues(),
-                    worker_id=self._worker_id,
-                    limit=free,
-                    lease_timeout=self._lease_timeout,
-                    max_wait=self._max_wait,
-                    **({"listed_order": True} if self._acquire_listed else {}),
-                )
+                if rooms is None:
+                    jobs = self._dispatcher.acquire(
+                        queues=self.next_queues(),
+                        worker_id=self._worker_id,
+                        limit=free,
+                        lease_timeout=self._lease_timeout,
+                        max_wait=self._max_wait,
+                        **({"listed_order": True} if self._acquire_listed else {}),
+                    )
+                else:
+                    jobs = self._acquire_by_kind(rooms)
                 backoff = 0.0
             except BaseException as exc:  # noqa: BLE001 - the loop survives anything (asyncio.CancelledError too)
-                self._hand_out([], free)
+                self._hand_out([], free, rooms)
                 backoff = min(max(backoff * 2, ACQUIRE_BACKOFF[0]), ACQUIRE_BACKOFF[1])
                 self._ratelog(
                     "acquire", logging.WARNING if isinstance(exc, StorageUnavailable) else logging.ERROR,
@@ -235,14 +263,82 @@ class Acquirer:
                 )
                 stopping.wait(backoff * (0.5 + random.random() / 2))
                 continue
-            self._hand_out(jobs, free)
+            self._hand_out(jobs, free, rooms)
             if jobs:
                 time.sleep(0)  # let a woken handler thread take the GIL now, before this loop's next query
 
-    def _hand_out(self, jobs: list[Job], reserved: int) -> None:
-        """Hold ``jobs`` (leased under a reservation of ``reserved``) and submit them to the
-        runner; the reservation ends.  Jobs leased while shutdown began are released at once,
-        unstarted."""
+    # -- two kinds of handler ------------------------------------------------------------------
+    def _kind_rooms(self) -> tuple[int, int]:
+        """(threads, loop): how many jobs of each kind a lease query may ask for now (under the
+        pool's lock): the kind's slots less the jobs of that kind held (so none beyond its slots,
+        prefetched or completing included) and less what queries on the wire reserved."""
+        kinds = self._kinds
+        held = self._held
+        assert kinds is not None and isinstance(held, HeldJobsByKind)
+        on_loop = held.on_loop
+        thread_types, loop_types = kinds.job_types()  # a kind without handlers has no room
+        threads = min(kinds.threads.free_slots(), kinds.threads.slots - (held.in_flight - on_loop)) if thread_types else 0
+        loop = min(kinds.loop.free_slots(), kinds.loop.slots - on_loop) if loop_types else 0
+        return max(threads - self._kind_reserved[0], 0), max(loop - self._kind_reserved[1], 0)
+
+    def _free_by_kind(self, completing: int = 0) -> int:
+        """:meth:`free` of a pool leasing per kind: the rooms of both kinds together."""
+        threads, loop = self._kind_rooms()
+        return threads + loop
+
+    def _wake_by_kind(self) -> None:
+        """:meth:`wake` of a pool leasing per kind: notify whenever a kind has room."""
+        if self._free_by_kind() > 0 or self._held.in_flight == 0 or self._held.stopping.is_set():
+            self._lock.notify_all()
+
+    def _acquire_by_kind(self, rooms: tuple[int, int]) -> list[Job]:
+        """Lease for the ``rooms`` (threads, loop) of the two kinds, each kind's jobs no more than
+        its room: while both have room, one lease of both kinds' types for the smaller room (any
+        mix of what it brings fits), and, only if it came back full, a lease per kind for what is
+        left, without waiting; while one has room, a lease of its types.  The job types are read
+        from the handlers at each call."""
+        kinds = self._kinds
+        assert kinds is not None
+        thread_types, loop_types = kinds.job_types()
+        room = {False: rooms[0], True: rooms[1]}
+        types = {False: thread_types, True: loop_types}
+
+        def lease(job_types: list[str], limit: int, max_wait: float) -> list[Job]:
+            got = self._dispatcher.acquire(
+                queues=self.next_queues(), worker_id=self._worker_id, limit=limit, lease_timeout=self._lease_timeout,
+                max_wait=max_wait, job_types=job_types,  # type: ignore[call-arg]
+                **({"listed_order": True} if self._acquire_listed else {}),
+            )
+            for job in got:  # what each kind has left
+                room[kinds.runs_on_loop(job.job_type)] -= 1
+            return got
+
+        if room[False] > 0 and room[True] > 0:
+            both = min(room[False], room[True])
+            jobs = lease(thread_types + loop_types, both, self._max_wait)
+            if len(jobs) < both:  # nothing more of either kind is due now
+                return jobs
+            wait = 0.0
+        else:
+            jobs, wait = [], self._max_wait
+        for on_loop in (True, False):
+            if room[on_loop] > 0:
+                try:
+                    jobs += lease(types[on_loop], room[on_loop], wait)
+                except BaseException as exc:  # what is leased already is handed out, never lost
+                    if not jobs:
+                        raise
+                    self._ratelog(
+                        "acquire", logging.WARNING, "worker %s: a lease query failed (%s); handing out the %d job(s) "
+                        "leased before it", self._worker_id, describe_failure(exc, 500), len(jobs),
+                    )
+                    break
+        return jobs
+
+    def _hand_out(self, jobs: list[Job], reserved: int, rooms: tuple[int, int] | None = None) -> None:
+        """Hold ``jobs`` (leased under a reservation of ``reserved``, or of ``rooms`` per kind)
+        and submit them to the runner; the reservation ends.  Jobs leased while shutdown began
+        are released at once, unstarted."""
         entries: list[HeldJob] = []
         late: list[Job] = []
         try:
@@ -255,9 +351,13 @@ class Acquirer:
         except BaseException:
             with self._lock:
                 self._reserved -= reserved  # given back whatever happens, so no room is lost for good
+                if rooms is not None:
+                    self._kind_reserved = [self._kind_reserved[0] - rooms[0], self._kind_reserved[1] - rooms[1]]
             raise
         with self._lock:
             self._reserved -= reserved
+            if rooms is not None:
+                self._kind_reserved = [self._kind_reserved[0] - rooms[0], self._kind_reserved[1] - rooms[1]]
             if self._held.stopping.is_set():
                 late = [e.job for e in entries]
                 entries = []

@@ -19,6 +19,10 @@ fence of every write (:class:`~tether.entrypoints.worker.outcomes.Outcomes`).
   After a time limit the attempt fails with :class:`~tether.domain.errors.JobTimeout`, whatever
   the handler did after it; after an operator's cancel the job ends ``cancelled``; a job released
   at shutdown or whose lease was lost gets nothing written.
+- **Watched as on a thread**: each task runs in a context of its own (``contextvars``), in which
+  the job's log scope is entered and the observers' ``job_started`` is called before the task
+  starts and ``handler_returned`` once its outcome is decided (see :mod:`.observers`): a tracer's
+  span is current in that coroutine only, however many run on the loop at once.
 - **Nothing a handler raises stops the loop**: every exception, ``BaseException`` included
   (``SystemExit``, ``KeyboardInterrupt``), is caught in the task and is that job's failure.
 - **A handler that blocks the loop** is found by the ``tether-async-watch`` thread: a ticker on the
@@ -31,6 +35,7 @@ fence of every write (:class:`~tether.entrypoints.worker.outcomes.Outcomes`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -42,10 +47,12 @@ from typing import Any
 from tether.adapters.log_limits import RateLimitedLog
 from tether.domain.errors import JobTimeout
 from tether.domain.retry import RetryPolicy
-from tether.entrypoints.execution import Execution, execute_job, finish_job, record_failure, run_to_end
+from tether.entrypoints.execution import Execution, Outcome, execute_job, finish_job, record_failure, run_to_end
 from tether.entrypoints.handlers import HandlerSpec
+from tether.entrypoints.job_logs import enter_job, leave_job
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.held import HeldJob, HeldJobs
+from tether.entrypoints.worker.observers import Observers
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.runner import PREFETCH_EMA_WEIGHT, Runner
 from tether.entrypoints.worker.stats import Counts
@@ -67,11 +74,16 @@ HOOK_WAIT_SECONDS = 60.0
 class _Run:
     """One job on the loop: its entry, handler, task, and why the runner cancelled it (if it did)."""
 
-    __slots__ = ("cancelled_by_pool", "entry", "on_cancel", "spec", "started", "task", "timed_out", "timer")
+    __slots__ = (
+        "cancelled_by_pool", "context", "entry", "observed", "on_cancel", "spec", "started", "task", "timed_out", "timer",
+    )
 
-    def __init__(self, entry: HeldJob, spec: HandlerSpec) -> None:
+    def __init__(self, entry: HeldJob, spec: HandlerSpec, context: contextvars.Context) -> None:
         self.entry = entry
         self.spec = spec
+        #: the task's context: the job's log scope, and what observers made current (a span)
+        self.context = context
+        self.observed: object = None  # what the observers' job_started returned
         self.task: asyncio.Task[BaseException | None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.on_cancel: Callable[[], None] | None = None
@@ -94,6 +106,7 @@ class AsyncRunner(Runner):
         job_timeout: the limit of handlers registered without one, in seconds, or None.
         counts: the pool's counters (``timed_out``).
         ratelog: the pool's rate-limited log (loop-lag warnings).
+        observer: told of each job as on a thread (see :mod:`.observers`), or None: no call.
     """
 
     def __init__(
@@ -111,9 +124,11 @@ class AsyncRunner(Runner):
         counts: Counts,
         job_timeout: float | None = None,
         ratelog: RateLimitedLog | None = None,
+        observer: Observers | None = None,
     ) -> None:
         self.slots = concurrency
         self.handler_seconds: float | None = None
+        self._observer = observer
         self._held = held
         self._lock = held.lock
         self._outcomes = outcomes
@@ -246,9 +261,16 @@ class AsyncRunner(Runner):
             future = self._loop.run_in_executor(self._writers, self._execute, entry)
             future.add_done_callback(lambda _: self._ended(entry, None))
             return
-        run = _Run(entry, spec)
-        entry.started = run.started  # what observers measure the handler's duration from
-        run.task = self._loop.create_task(self._call(run), name=f"{spec.name} (job {entry.job.id})")
+        # The task runs in a context of its own: its log records are about this job, and what the
+        # observers make current (a tracer's span) is current in the coroutine and in nothing else.
+        context = contextvars.copy_context()
+        context.run(enter_job, entry.job, self._worker_id)
+        run = _Run(entry, spec, context)
+        observer = self._observer
+        if observer is not None:
+            run.observed = context.run(observer.job_started, entry.job, self._worker_id)
+        entry.started = run.started = time.monotonic()  # what observers measure the handler's duration from
+        run.task = self._loop.create_task(self._call(run), name=f"{spec.name} (job {entry.job.id})", context=context)
         run.task.add_done_callback(lambda task: self._task_done(run, task))
         timeout = spec.timeout if spec.timeout is not None else self._job_timeout
         if timeout is not None:
@@ -298,11 +320,11 @@ class AsyncRunner(Runner):
         self.handler_seconds = seconds if mean is None else mean + PREFETCH_EMA_WEIGHT * (seconds - mean)
         if raised is None and run.timed_out is None and not run.cancelled_by_pool:
             try:  # a completion only goes to the batcher: no round trip on the loop
-                self._record(run, raised)
+                run.context.run(self._record, run, raised)
             finally:
                 self._ended(run.entry, None)
             return
-        future = self._loop.run_in_executor(self._writers, self._record, run, raised)
+        future = self._loop.run_in_executor(self._writers, run.context.run, self._record, run, raised)
         future.add_done_callback(lambda _: self._ended(run.entry, None))
 
     def _ended(self, entry: HeldJob, _: object) -> None:
@@ -324,9 +346,17 @@ class AsyncRunner(Runner):
 
     # -- outcomes (on the loop for a completion, else on a write thread) ----------------------
     def _record(self, run: _Run, raised: BaseException | None) -> None:
+        """In the task's context (:attr:`_Run.context`), once the task is done: decide and write
+        the outcome, tell the observers the handler returned (as a thread does after
+        ``execute_job``), then record it."""
         entry = run.entry
         try:
-            result = self._outcome(run, raised)
+            result: Execution | None = None
+            try:
+                result = self._outcome(run, raised)
+            finally:
+                if self._observer is not None:
+                    self._observer.handler_returned(entry.job, run.observed, result)
             if result is not None:
                 self._outcomes.record(entry, result)
         except BaseException:  # one job never breaks the runner
@@ -341,20 +371,33 @@ class AsyncRunner(Runner):
         }
         if run.timed_out is not None:  # whatever the handler did after its limit
             if not common["writer"].begin_finish():
-                return None
+                return Execution(entry.job, Outcome.NOT_RECORDED, exception=JobTimeout(run.timed_out))
             return record_failure(entry.job, entry.ctx, run.spec, JobTimeout(run.timed_out), **common)
         return finish_job(entry.job, entry.ctx, run.spec, raised, **common)
 
     def _execute(self, entry: HeldJob) -> None:
+        """On a write thread: the step a handler thread takes (``ThreadRunner._process``), for a
+        job that is no coroutine to run here."""
+        scope = enter_job(entry.job, self._worker_id)
         try:
-            result = execute_job(
-                entry.job, entry.ctx, handlers=self._handlers, repository=self._repository, clock=self._clock,
-                retry_policy=self._retry_policy, writer=self._outcomes.writer(entry), worker_id=self._worker_id,
-                run_coroutine=self._on_loop,
-            )
+            observer = self._observer
+            state = None if observer is None else observer.job_started(entry.job, self._worker_id)
+            entry.started = time.monotonic()
+            returned: Execution | None = None
+            try:
+                result = returned = execute_job(
+                    entry.job, entry.ctx, handlers=self._handlers, repository=self._repository, clock=self._clock,
+                    retry_policy=self._retry_policy, writer=self._outcomes.writer(entry), worker_id=self._worker_id,
+                    run_coroutine=self._on_loop,
+                )
+            finally:
+                if observer is not None:
+                    observer.handler_returned(entry.job, state, returned)
             self._outcomes.record(entry, result)
         except BaseException:  # one job never breaks the runner
             logger.exception("worker %s: unexpected error while processing job %s", self._worker_id, entry.job.id)
+        finally:
+            leave_job(scope)
 
     def _on_loop(self, awaitable: Awaitable[Any]) -> Any:
         """From a write thread: run an async hook (or handler) on the pool's loop and wait for it."""

@@ -33,6 +33,7 @@ class HeldJob:
         deferred: its completion is with the batcher, which finishes the entry.
         handler_returned: its handler returned (or raised); it can no longer time out.
         started: ``time.monotonic()`` when its handler started (0.0 before), for observers.
+        on_loop: it went to the pool's event loop (an ``async def`` handler), not to a thread.
 
     Set only for a job whose handler has a time limit (:mod:`.timeouts`):
 
@@ -58,6 +59,7 @@ class HeldJob:
         self.deferred = False
         self.handler_returned = False
         self.started = 0.0
+        self.on_loop = False
         self.timeout: float | None = None
         self.deadline = math.inf
         self.timed_out = False
@@ -114,4 +116,24 @@ class HeldJobs:
             return list(self.by_id.values())
 
 
-__all__ = ["HeldJob", "HeldJobs"]
+class HeldJobsByKind(HeldJobs):
+    """The held jobs of a pool with both thread-run and ``async def`` handlers, also counted by
+    kind, so that it leases no more of a kind than that kind has slots (see
+    :class:`~tether.entrypoints.worker.acquirer.Acquirer`).
+
+    Attributes:
+        on_loop: jobs held that went to the event loop (``HeldJob.on_loop``; the rest went to
+            the threads); the router counts them in as it hands them over.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_loop = 0
+
+    def drop(self, entry: HeldJob) -> None:
+        super().drop(entry)
+        if entry.on_loop:
+            self.on_loop -= 1
+
+
+__all__ = ["HeldJob", "HeldJobs", "HeldJobsByKind"]

@@ -8,6 +8,12 @@ watching costs nothing when it is off.  With observers, each job calls, in order
    tracer opens its span there and makes it current for the handler's own spans);
 2. :meth:`JobObserver.handler_returned`, on the same thread once the handler returned and its
    outcome was decided (a completion may still wait in the batcher);
+
+   (An ``async def`` handler's job is told the same two calls in the same context, that of its
+   task: ``job_started`` on the pool's loop before the task starts, in the task's context, so
+   what it makes current is current in the coroutine only; ``handler_returned`` once the task is
+   done and the outcome decided, on the loop for a success or on the write thread that wrote any
+   other outcome, in that same context.  See :mod:`.async_runner`.)
 3. :meth:`JobObserver.job_finished`, once the outcome is recorded: for a completion when its
    batched write returned (on the batcher's thread), else on the thread that wrote it.  Only a
    recorded outcome is reported: a job released at shutdown, or whose lease was lost, is not.

@@ -32,7 +32,7 @@ from tether.entrypoints.worker.acquirer import Acquirer
 from tether.entrypoints.worker.async_runner import AsyncRunner
 from tether.entrypoints.worker.completions import CompletionBatcher
 from tether.entrypoints.worker.heartbeats import Heartbeats
-from tether.entrypoints.worker.held import HeldJobs
+from tether.entrypoints.worker.held import HeldJobs, HeldJobsByKind
 from tether.entrypoints.worker.observers import JobObserver, combine
 from tether.entrypoints.worker.outcomes import Outcomes
 from tether.entrypoints.worker.presence import Presence
@@ -82,7 +82,9 @@ class WorkerPool:
         prefetch: most jobs leased ahead of the free threads (0-1024; default ``concurrency``);
             fewer while handlers are slow (see
             :data:`~tether.entrypoints.worker.acquirer.PREFETCH_HORIZON`).  A prefetched job is
-            heartbeated like a running one, and released unstarted at shutdown.
+            heartbeated like a running one, and released unstarted at shutdown.  A pool with
+            ``async def`` handlers too leases none ahead: it leases each kind for that kind's free
+            slots, with that kind's job types (see :mod:`.acquirer`), when its dispatcher can.
         registry: where the pool records itself while it runs (see :mod:`.presence`): at start,
             at every heartbeat, removed at a clean stop; None records nothing.
         job_timeout: seconds a handler registered without a ``timeout`` may run (a finite number
@@ -165,7 +167,8 @@ class WorkerPool:
         self._stopped = False
         self._stop_lock = threading.Lock()
         self._ratelog = ratelog = RateLimitedLog(logger)
-        self._held = held = HeldJobs()
+        has_async = any(spec.is_async for spec in list(handlers.values()))
+        self._held = held = HeldJobsByKind() if has_async else HeldJobs()
         self._counts = counts = Counts(held.lock)
         self._supervisor = supervisor = Supervisor(self.worker_id, give_up=self._give_up)
         spawn = supervisor.thread
@@ -189,13 +192,14 @@ class WorkerPool:
         timeouts.slots = runner
         self._async_runner: AsyncRunner | None = None
         pool_runner: Runner = runner
-        if any(spec.is_async for spec in list(handlers.values())):
+        if isinstance(held, HeldJobsByKind):  # an async def handler is registered
             self._async_runner = AsyncRunner(
                 held=held, outcomes=outcomes, completions=completions, handlers=handlers, repository=repository,
                 clock=clock, retry_policy=self.retry_policy, concurrency=self.async_concurrency,
                 worker_id=self.worker_id, counts=counts, job_timeout=self.job_timeout, ratelog=ratelog,
+                observer=observer,
             )
-            pool_runner = RunnerByKind(runner, self._async_runner, handlers)
+            pool_runner = RunnerByKind(runner, self._async_runner, handlers, held)
         self._shutdown = shutdown = Shutdown(
             held=held, counts=counts, runner=pool_runner, repository=repository, dispatcher=dispatcher, clock=clock,
             worker_id=self.worker_id, ratelog=ratelog, timeouts=timeouts,

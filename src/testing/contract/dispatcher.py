@@ -29,6 +29,7 @@ without any notification is still found within one poll or sweep.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -235,6 +236,26 @@ class DispatcherContract:
         assert repository.get(beta.id).status is JobStatus.QUEUED
         got = self.collect(dispatcher, clock, 1, worker_id="w2", queues=["beta"])
         assert [j.id for j in got] == [beta.id]
+        self.assert_leased_to(repository, got[0], "w2")
+
+    def test_job_types_filter_what_a_worker_gets(self, repository, dispatcher, clock):
+        """A dispatcher whose ``acquire`` takes ``job_types`` hands out only jobs of those types
+        (the others stay queued for a later acquire); one that does not take it is skipped."""
+        if "job_types" not in inspect.signature(dispatcher.acquire).parameters:
+            pytest.skip(f"{type(dispatcher).__name__}.acquire does not lease by job type")
+        now = clock.now()
+        plain = repository.enqueue(prepare_job("kind.sync", {}, now=now), now=now).job
+        loop = repository.enqueue(prepare_job("kind.async", {}, now=now), now=now).job
+        dispatcher.notify([plain, loop])
+        got = dispatcher.acquire(queues=None, worker_id="w1", limit=5, lease_timeout=self.lease_timeout,
+                                 max_wait=self.delivery_wait, job_types=["kind.async"])
+        assert [j.id for j in got] == [loop.id]
+        assert repository.get(plain.id).status is JobStatus.QUEUED
+        assert dispatcher.acquire(queues=None, worker_id="w1", limit=5, lease_timeout=self.lease_timeout,
+                                  max_wait=self.idle_wait, job_types=["kind.async"]) == []
+        got = dispatcher.acquire(queues=None, worker_id="w2", limit=5, lease_timeout=self.lease_timeout,
+                                 max_wait=self.delivery_wait, job_types=["kind.sync", "kind.async"])
+        assert [j.id for j in got] == [plain.id]
         self.assert_leased_to(repository, got[0], "w2")
 
     def test_queues_none_reads_every_queue(self, repository, dispatcher, clock):

@@ -16,7 +16,7 @@ function-scoped ``repository`` fixture that yields a fresh, empty repository (it
 
 The suite covers the acceptance cases C01-C04, C09a, C10, C11-C15 and C21 of
 ``shared/cases/README.md`` with their exact values, and the rest of the port: reads, lease limits
-and queue filters, lease-by-id, heartbeats, release, fenced batch completion (``complete_many``), the reaper, manual retry, purge, token
+and queue filters, leases filtered by job type (:mod:`~tether.testing.contract.typed_leases`), lease-by-id, heartbeats, release, fenced batch completion (``complete_many``), the reaper, manual retry, purge, token
 uniqueness, the time rule, and the accepted ranges of numbers, times and text
 (:mod:`~tether.testing.contract.limits`); an operator's cancel (one job or by filter) and the holder's snooze,
 with cancels racing leases, completions (single and batch), failures, heartbeats and the reaper; the
@@ -38,11 +38,13 @@ from tether.testing.contract.limits import LimitContract
 from tether.testing.contract.queue_controls import QueueControlContract
 from tether.testing.contract.reads import ReadContract
 from tether.testing.contract.retries import RetryContract
+from tether.testing.contract.typed_leases import TypedLeaseContract
 
 
 class RepositoryContract(
     EnqueueContract,
     LeaseContract,
+    TypedLeaseContract,
     BatchCompletionContract,
     RetryContract,
     CancellationContract,

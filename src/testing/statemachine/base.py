@@ -33,6 +33,14 @@ DEFAULT_SETTINGS = settings(
 QUEUES = ("q1", "q2")
 QUEUE_FILTERS: tuple[tuple[str, ...] | None, ...] = (None, ("q1",), ("q2",), ("q1", "q2"))
 WORKERS = ("w1", "w2", "host-1")
+#: The job types of the machines' jobs: every third job (by serial) is of the second type, so
+#: a lease that asks for the first type alone passes over one now and then.
+JOB_TYPES = ("machine.job", "machine.other")
+#: The job types a worker's leases ask for (``JobRepository.lease(job_types=...)``), as a worker
+#: pool with only some kinds of handler does; the others lease every type.  Tied to the worker
+#: drawn rather than drawn apart, so the machines' draws (and so their reach within the budget)
+#: stay what they were.
+WORKER_JOB_TYPES: dict[str, tuple[str, ...]] = {"w2": ("machine.job",)}
 KEYS = ("k1", "k2", "k3")
 #: The concurrency keys of the jobs, by their serial in turn (no draw of its own, so the histories
 #: the budget reaches stay as they were): the first two jobs share a key, so a per-key limit binds
@@ -89,7 +97,7 @@ class MachineBase(RuleBasedStateMachine):
 
     def new_job(self, serial: int, queue: str, priority: int, delay: float | None, attempts: int, key: str | None) -> NewJob:
         return prepare_job(
-            "machine.job", {"serial": serial}, now=self.clock.now(), queue=queue, priority=priority,
+            JOB_TYPES[serial % 3 == 0], {"serial": serial}, now=self.clock.now(), queue=queue, priority=priority,
             delay=delay, max_attempts=attempts, idempotency_key=key,
             concurrency_key=CONCURRENCY_KEYS[serial % len(CONCURRENCY_KEYS)],
         )

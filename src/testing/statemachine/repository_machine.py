@@ -2,7 +2,7 @@
 against the pure model of :mod:`tether.testing.model`.
 
 Steps: enqueue (one at a time, in batches, in transactions that roll back), leases (by queue
-filter and by id), the holder's writes (complete, fail, permanent failure, dead letter, heartbeat,
+filter, by job type and by id), the holder's writes (complete, fail, permanent failure, dead letter, heartbeat,
 release, snooze), running limits set and cleared with a lease, writes with stale or foreign tokens, a lease taken over (case C01 as one step),
 an operator's cancel (one job, or a batch by queue), the reaper, manual retry of dead and
 cancelled jobs, purge, clock steps, and on a repository that is a schedule store too, schedule
@@ -30,6 +30,7 @@ from tether.testing.statemachine.base import (
     QUEUE_FILTERS,
     QUEUES,
     TIMEOUT_ERROR,
+    WORKER_JOB_TYPES,
     WORKERS,
     WRITES,
     MachineBase,
@@ -88,6 +89,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         model = expected or self.model.jobs[self._ordinal(job)]
         want: dict[str, Any] = {
             "id": self.ids[model.ordinal],
+            "job_type": model.job_type,
             "queue": model.queue,
             "priority": model.priority,
             "status": model.status,
@@ -122,7 +124,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         ordinal, expect_created = self.model.enqueue(
             queue=new.queue, priority=new.priority, max_attempts=new.max_attempts,
             scheduled_at=new.scheduled_at, key=new.idempotency_key, payload=new.payload,
-            limit_key=new.concurrency_key,
+            limit_key=new.concurrency_key, job_type=new.job_type,
         )
         assert created == expect_created, f"created={created}, the model says {expect_created} (key {new.idempotency_key})"
         if created:
@@ -221,7 +223,8 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         (running jobs under unexpired leases count) and its window's remaining starts, cut in
         lease order, and passes over jobs whose concurrency key is at its limit.  Like
         pause it rides on the lease rather than on a rule of its own, so the number of rules
-        (and the default budget's reach) stays as it was.
+        (and the default budget's reach) stays as it was.  A worker of :data:`WORKER_JOB_TYPES`
+        asks only for its job types (``JobRepository.lease(job_types=...)``), the others for all.
         """
         if running_limit is not None:
             self._control((queue_filter or QUEUES)[0], running_limit)
@@ -229,13 +232,16 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
             assert self.repository.set_queue_paused(paused, True, now=self.clock.now()).paused
             self.model.pause(paused)
         try:
-            self._lease(worker, queue_filter, limit, listed_order)
+            self._lease(worker, queue_filter, limit, listed_order, WORKER_JOB_TYPES.get(worker))
         finally:
             if paused is not None:
                 assert not self.repository.set_queue_paused(paused, False, now=self.clock.now()).paused
                 self.model.resume(paused)
 
-    def _lease(self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool) -> None:
+    def _lease(
+        self, worker: str, queue_filter: tuple[str, ...] | None, limit: int, listed_order: bool,
+        job_types: tuple[str, ...] | None = None,
+    ) -> None:
         now = self.clock.now()
         if not listed_order:
             expected = self.model.next_leases(now=now, queues=queue_filter, limit=limit, limits=False)
@@ -244,11 +250,12 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
                 f"due_jobs gave {[describe(j) for j in listed]}, the model's lease order says ordinals {expected}")
         expected = self.model.next_leases(
             now=now, queues=queue_filter, limit=limit, listed_order=listed_order,
-            limited_last=self.limited_queues_last,
+            limited_last=self.limited_queues_last, job_types=job_types,
         )
         got = self.repository.lease(
             queues=None if queue_filter is None else list(queue_filter), worker_id=worker, now=now,
             lease_timeout=LEASE_TIMEOUT, limit=limit, listed_order=listed_order,
+            **({} if job_types is None else {"job_types": list(job_types)}),
         )
         leased = [self._ordinal(j) for j in got]
         if self.limited_queues_last and any(self.model.limited(q) for q in QUEUES):
