@@ -66,10 +66,11 @@ class SqlKeyLimits(SqlReads):
 
     def _key_candidates(
         self, conn: Connection, queue: str, *, now: datetime, limit: int, full: Sequence[str], job_id: int | None,
-        skip: Sequence[int],
+        skip: Sequence[int], job_types: Sequence[str] | None = None,
     ) -> list[tuple[int, str | None]]:
         """``(id, concurrency_key)`` of the first ``limit`` due jobs of ``queue`` in lease order
-        (only ``job_id`` when given) whose key is not in ``full``, none of the ids in ``skip``."""
+        (only ``job_id`` when given; only of ``job_types`` when given) whose key is not in
+        ``full``, none of the ids in ``skip``."""
         t = self.table
         stmt = select(t.c.id, t.c.concurrency_key).where(*self._due(), t.c.queue == queue)
         if full:
@@ -78,6 +79,8 @@ class SqlKeyLimits(SqlReads):
             stmt = stmt.where(t.c.id == job_id)
         if skip:
             stmt = stmt.where(t.c.id.not_in(list(skip)))
+        if job_types is not None:
+            stmt = stmt.where(t.c.job_type.in_(list(job_types)))
         stmt = stmt.order_by(t.c.priority.desc(), t.c.scheduled_at, t.c.id).limit(limit)
         return [(int(i), key) for i, key in conn.execute(stmt, {"p_now": now})]
 
@@ -95,15 +98,18 @@ class SqlKeyLimits(SqlReads):
 
     def _lease_within_key_limit(
         self, conn: Connection, queue: str, per_key: int, *, room: int | None, limit: int, params: dict[str, Any],
-        job_id: int | None, skip: Sequence[int],
+        job_id: int | None, skip: Sequence[int], job_types: Sequence[str] | None = None,
     ) -> list[Row[Any]]:
-        """Lease up to ``min(limit, room)`` due jobs of ``queue`` under its per-key limit
-        ``per_key`` (see the module docstring), in the transaction of ``conn`` that locked the
-        queue's row; ``params``: the lease's bound values (``p_now``, ``p_expires``, ``p_worker``, ...)."""
+        """Lease up to ``min(limit, room)`` due jobs of ``queue`` (only of ``job_types`` when given)
+        under its per-key limit ``per_key`` (see the module docstring), in the transaction of
+        ``conn`` that locked the queue's row; ``params``: the lease's bound values (``p_now``,
+        ``p_expires``, ``p_worker``, ...)."""
         now = params["p_now"]
         held = self._running_by_key(conn, queue, now)
         full = [key for key, n in held.items() if n >= per_key]
-        candidates = self._key_candidates(conn, queue, now=now, limit=limit, full=full, job_id=job_id, skip=skip)
+        candidates = self._key_candidates(
+            conn, queue, now=now, limit=limit, full=full, job_id=job_id, skip=skip, job_types=job_types
+        )
         ids = pick_within_key_limit(candidates, per_key, held, room)
         if not ids:
             return []

@@ -307,6 +307,7 @@ class SqlQueueControls(SqlKeyLimits):
         if state.max_running_per_key is not None:
             rows = self._lease_within_key_limit(
                 conn, queue, state.max_running_per_key, room=room, limit=limit, params=params, job_id=job_id, skip=skip,
+                job_types=job_types,
             )
         elif job_id is not None:
             rows = list(conn.execute(self._limited_by_id_statement(), {**params, "p_id": job_id}))

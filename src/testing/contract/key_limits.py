@@ -75,6 +75,29 @@ class KeyLimitContract(ContractSupport):
         assert self._lease_ids(repository, clock, limit=1) == [other.id]  # five busy jobs ahead of it in lease order
         assert self._lease_ids(repository, clock, limit=1) == []
 
+    def test_a_lease_filtered_by_job_type_honours_the_key_limit_too(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        """A pool with thread and async handlers leases per job type; a per-key limit still holds
+        for such a lease, and a busy key of the asked type never hides another key's job."""
+        repository.set_queue_key_limit("api", 1, now=clock.now())
+        first = self.add(repository, clock, queue="api", concurrency_key="k", job_type="mail.send")
+        second = self.add(repository, clock, queue="api", concurrency_key="k", job_type="mail.send")
+        other_key = self.add(repository, clock, queue="api", concurrency_key="j", job_type="mail.send")
+        other_type = self.add(repository, clock, queue="api", concurrency_key="m", job_type="report.build")
+        clock.advance(1)
+
+        def typed(limit: int) -> list[int]:
+            got = repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=self.lease_timeout,
+                                   limit=limit, job_types=["mail.send"])
+            return sorted(j.id for j in got)
+
+        assert typed(1) == [first.id]
+        assert typed(5) == [other_key.id]  # the second job of key k waits; the other type is not asked for
+        assert typed(5) == []
+        assert self._lease_ids(repository, clock) == [other_type.id]
+        assert repository.get(second.id).status is JobStatus.QUEUED
+
     def test_a_per_key_limit_above_one_admits_that_many_of_a_key(self, repository: JobRepository, clock: FakeClock) -> None:
         repository.set_queue_key_limit("api", 2, now=clock.now())
         jobs = [self._keyed(repository, clock, "a") for _ in range(4)]
