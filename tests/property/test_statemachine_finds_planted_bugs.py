@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import attrs
 import pytest
@@ -113,25 +111,6 @@ class KeyLimitBlindRepository(InMemoryJobRepository):
         return None
 
 
-class JobTypeFilterCountsOthersRepository(InMemoryJobRepository):
-    """Planted bug: a lease filtered by job type takes the best due jobs of every type and keeps
-    only those of the types asked (as a filter applied after the LIMIT would), so jobs of the asked
-    types behind others are left waiting."""
-
-    def lease(self, *, job_types: Sequence[str] | None = None, **options: Any) -> list[Job]:
-        if job_types is None:
-            return super().lease(**options)
-        best = self.due_jobs(now=options["now"], queues=options["queues"], limit=options.get("limit", 1))
-        wanted = [j.id for j in best if j.job_type in job_types]
-        leased = []
-        for job_id in wanted:
-            got = self.lease_job(job_id, worker_id=options["worker_id"], now=options["now"],
-                                 lease_timeout=options["lease_timeout"])
-            if got is not None:
-                leased.append(got)
-        return leased
-
-
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
@@ -143,11 +122,9 @@ class JobTypeFilterCountsOthersRepository(InMemoryJobRepository):
         (ReaperForgetsHistoryRepository, ("'history'",)),
         (RunningLimitBlindRepository, ("the model's lease order says", "should raise", "the model says False")),
         (KeyLimitBlindRepository, ("the model's lease order says", "the model says False")),
-        (JobTypeFilterCountsOthersRepository, ("the model's lease order says",)),
     ],
     ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled",
-         "reaper-forgets-history", "lease-ignores-running-limit", "lease-ignores-per-key-limit",
-         "job-type-filter-after-the-limit"],
+         "reaper-forgets-history", "lease-ignores-running-limit", "lease-ignores-per-key-limit"],
 )
 def test_state_machine_finds_the_planted_bug(
     repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]

@@ -51,6 +51,9 @@ from tether.testing.statemachine.schedule_rules import ScheduleRules
 class RepositoryStateMachine(ScheduleRules, MachineBase):
     """One repository against the pure model.  Override :meth:`make_repository` for your adapter."""
 
+    #: The job types each worker's leases ask for (a worker not named asks for every type).
+    worker_job_types: ClassVar[dict[str, tuple[str, ...]]] = WORKER_JOB_TYPES
+
     #: Whether the store leases the jobs of a queue with a running limit after every other
     #: queue's in one lease (SQLite and PostgreSQL do; the in-memory store keeps lease order
     #: across queues).  Set it on a subclass for such a store.
@@ -232,7 +235,7 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
             assert self.repository.set_queue_paused(paused, True, now=self.clock.now()).paused
             self.model.pause(paused)
         try:
-            self._lease(worker, queue_filter, limit, listed_order, WORKER_JOB_TYPES.get(worker))
+            self._lease(worker, queue_filter, limit, listed_order, self.worker_job_types.get(worker))
         finally:
             if paused is not None:
                 assert not self.repository.set_queue_paused(paused, False, now=self.clock.now()).paused
