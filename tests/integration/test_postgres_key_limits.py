@@ -77,8 +77,8 @@ def test_the_key_counts_read_the_keyed_running_index(
     captured: list[tuple[str, dict[str, Any]]] = []
     real = repo._limited_sql
 
-    def grab(shape: str, skip: bool = False) -> str:
-        sql = real(shape, skip)
+    def grab(shape: str, skip: bool = False, typed: bool = False) -> str:
+        sql = real(shape, skip, typed)
         captured.append((sql, {}))
         return sql
 
