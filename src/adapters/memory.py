@@ -31,6 +31,7 @@ import attrs
 from tether.adapters.memory_overview import MemoryOverview
 from tether.adapters.memory_queues import MemoryQueueControls
 from tether.adapters.memory_schedules import MemorySchedules
+from tether.adapters.memory_workers import MemoryWorkerRegistry
 from tether.domain import transitions
 from tether.domain.errors import JobNotFound, LeaseLost, ValidationError
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
@@ -46,9 +47,8 @@ from tether.domain.validation import (
     validate_seconds,
     validate_worker_id,
 )
-from tether.domain.workers import WorkerEntry, with_gone_flag
+from tether.domain.workers import WorkerEntry
 from tether.ports.repository import JobRepository
-from tether.ports.worker_registry import WorkerRegistry
 
 
 class MemoryTransaction:
@@ -61,7 +61,7 @@ class MemoryTransaction:
         self.open = True
 
 
-class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls, JobRepository, WorkerRegistry):
+class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls, MemoryWorkerRegistry, JobRepository):
     """A complete :class:`~tether.ports.repository.JobRepository` (and
     :class:`~tether.ports.worker_registry.WorkerRegistry`) held in process memory.
 
@@ -476,36 +476,6 @@ class InMemoryJobRepository(MemorySchedules, MemoryOverview, MemoryQueueControls
                 del self._jobs[job.id]
                 if job.idempotency_key is not None and self._keys.get(job.idempotency_key) == job.id:
                     del self._keys[job.idempotency_key]
-        return len(doomed)
-
-    # -- worker registry ---------------------------------------------------------------------
-    def record_worker(self, entry: WorkerEntry) -> None:
-        entry = attrs.evolve(
-            entry,
-            started_at=ensure_utc(entry.started_at, "started_at"),
-            last_seen_at=ensure_utc(entry.last_seen_at, "last_seen_at"),
-            gone=False,
-        )
-        with self._lock:
-            self._workers[entry.worker_id] = entry
-
-    def remove_worker(self, worker_id: str) -> bool:
-        with self._lock:
-            return self._workers.pop(worker_id, None) is not None
-
-    def list_workers(self, *, now: datetime) -> list[WorkerEntry]:
-        now = ensure_utc(now, "now")
-        with self._lock:
-            entries = list(self._workers.values())
-        entries.sort(key=lambda e: (e.started_at, e.worker_id))
-        return [with_gone_flag(e, now) for e in entries]
-
-    def prune_workers(self, *, older_than: datetime) -> int:
-        older_than = ensure_utc(older_than, "older_than")
-        with self._lock:
-            doomed = [w for w, e in self._workers.items() if e.last_seen_at < older_than]
-            for worker_id in doomed:
-                del self._workers[worker_id]
         return len(doomed)
 
     def close(self) -> None:

@@ -60,6 +60,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from tether.testing.model_schedules import ModelSchedule, ScheduleModel
+
 QUEUED, RUNNING, RETRYING, COMPLETED, DEAD, CANCELLED = (
     "queued", "running", "retrying", "completed", "dead", "cancelled"
 )
@@ -136,16 +138,7 @@ class ModelJob:
         return self
 
 
-@dataclass
-class ModelSchedule:
-    """The model's view of one periodic schedule: its fingerprint, mark and last tick's job."""
-
-    fingerprint: str
-    mark: datetime | None = None
-    last: int | None = None
-
-
-class JobModel:
+class JobModel(ScheduleModel):
     """All jobs the model knows, by ordinal; purged ones are removed.  And the schedules, by name."""
 
     def __init__(self) -> None:
@@ -159,37 +152,6 @@ class JobModel:
         self.per_key: dict[str, int] = {}  # queue -> max_running_per_key
         self.rates: dict[str, tuple[int, int]] = {}  # queue -> (starts, period in µs)
         self.windows: dict[str, tuple[int, int]] = {}  # queue -> (window start in µs, starts in it)
-
-    # -- schedules ---------------------------------------------------------------------------
-    def declare(self, name: str, fingerprint: str, now: datetime, *, redefine: bool = True) -> str | None:
-        """Record a declaration; returns the fingerprint stored before (None: a new schedule).
-        Without ``redefine`` another stored fingerprint stays, and so does the mark."""
-        schedule = self.schedules.get(name)
-        if schedule is None:
-            self.schedules[name] = ModelSchedule(fingerprint)
-            return None
-        before = schedule.fingerprint
-        if before != fingerprint:
-            if not redefine:
-                return before
-            schedule.mark = now
-        schedule.fingerprint = fingerprint
-        return before
-
-    def tick_moves(self, name: str, tick: datetime, *, overlap: bool) -> bool:
-        """Whether the tick of ``name`` at ``tick`` is enqueued (then call :meth:`ticked`)."""
-        schedule = self.schedules.get(name)
-        if schedule is None or (schedule.mark is not None and schedule.mark >= tick):
-            return False
-        if not overlap and schedule.last is not None:
-            last = self.jobs.get(schedule.last)
-            if last is not None and last.status in (QUEUED, RETRYING, RUNNING):
-                return False
-        return True
-
-    def ticked(self, name: str, tick: datetime, ordinal: int) -> None:
-        schedule = self.schedules[name]
-        schedule.mark, schedule.last = tick, ordinal
 
     # -- queue pause -------------------------------------------------------------------------
     def pause(self, queue: str) -> None:

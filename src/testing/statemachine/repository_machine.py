@@ -45,10 +45,11 @@ from tether.testing.statemachine.base import (
     running_limits,
     steps,
 )
+from tether.testing.statemachine.queue_control_steps import QueueControlSteps
 from tether.testing.statemachine.schedule_rules import ScheduleRules
 
 
-class RepositoryStateMachine(ScheduleRules, MachineBase):
+class RepositoryStateMachine(ScheduleRules, QueueControlSteps, MachineBase):
     """One repository against the pure model.  Override :meth:`make_repository` for your adapter."""
 
     #: The job types each worker's leases ask for (a worker not named asks for every type).
@@ -177,39 +178,6 @@ class RepositoryStateMachine(ScheduleRules, MachineBase):
         self.model.record_lease(ordinal, token=job.lease_token, worker=worker, now=now, lease_timeout=LEASE_TIMEOUT)
         self.issued.append((ordinal, job.lease_token))
         self._check(job)
-
-    def _lift(self, queue: str) -> None:
-        """Clear every limit of ``queue`` in the repository and the model."""
-        now, repository, model = self.clock.now(), self.repository, self.model
-        assert repository.set_queue_limit(queue, None, now=now).max_running is None
-        assert repository.set_queue_rate(queue, None, None, now=now).rate_limit is None
-        assert repository.set_queue_key_limit(queue, None, now=now).max_running_per_key is None
-        model.set_limit(queue, None)
-        model.set_rate(queue, None, None)
-        model.set_key_limit(queue, None)
-
-    def _control(self, queue: str, change: int | str | tuple[int, float] | tuple[str, int]) -> None:
-        """Apply a lease's queue-control ``change`` to ``queue``: a running limit (an int), a rate
-        limit (``(starts, per)``), a per-key running limit (``("per_key", n)``), or ``"clear"``
-        (all lifted).  Limiting one queue lifts the other queues' limits (the store's order
-        between several limited queues is its own, see ``limited_queues_last``)."""
-        now, repository, model = self.clock.now(), self.repository, self.model
-        if change != "clear":
-            for other in QUEUES:
-                if other != queue and model.limited(other):
-                    self._lift(other)
-        if isinstance(change, int):
-            assert repository.set_queue_limit(queue, change, now=now).max_running == change
-            model.set_limit(queue, change)
-        elif isinstance(change, tuple) and change[0] == "per_key":
-            assert repository.set_queue_key_limit(queue, int(change[1]), now=now).max_running_per_key == change[1]
-            model.set_key_limit(queue, int(change[1]))
-        elif isinstance(change, tuple):
-            starts, per = change
-            assert repository.set_queue_rate(queue, int(starts), float(per), now=now).rate_limit == starts
-            model.set_rate(queue, int(starts), float(per))
-        else:
-            self._lift(queue)
 
     @rule(worker=st.sampled_from(WORKERS), queue_filter=st.sampled_from(QUEUE_FILTERS), limit=st.integers(1, 3),
           listed_order=st.booleans(), paused=st.sampled_from((None, *QUEUES)), running_limit=running_limits)
