@@ -21,12 +21,14 @@ class CountingRepository(InMemoryJobRepository):
 
     Attributes:
         refills: one ``(completions written, jobs leased)`` pair per ``complete_and_lease`` call.
+        refill_types: the ``job_types`` of each ``complete_and_lease`` call (None: not given).
         by_id: how many ``lease_job`` calls there were (whatever they returned).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.refills: list[tuple[int, int]] = []
+        self.refill_types: list[tuple[str, ...] | None] = []  # the job types each refill asked (None: every type)
         self.by_id = 0
         self._counts_lock = threading.Lock()
 
@@ -43,11 +45,13 @@ class CountingRepository(InMemoryJobRepository):
 
     def complete_and_lease(
         self, items: Sequence[tuple[int, str]], *, now: datetime, queues: Sequence[str] | None, worker_id: str,
-        lease_timeout: float, limit: int,
+        lease_timeout: float, limit: int, listed_order: bool = False, job_types: Sequence[str] | None = None,
     ) -> tuple[list[Job | LeaseLost], list[Job]]:
         results, jobs = super().complete_and_lease(
-            items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit
+            items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit,
+            listed_order=listed_order, job_types=job_types,
         )
         with self._counts_lock:
             self.refills.append((len(items), len(jobs)))
+            self.refill_types.append(None if job_types is None else tuple(job_types))
         return results, jobs

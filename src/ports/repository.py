@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from tether.domain.errors import LeaseLost, StorageUnavailable
 from tether.domain.job import EnqueueResult, Job, JobStatus, NewJob, lease_order_key
 from tether.domain.queues import QueueState
+from tether.domain.validation import validate_job_types
 
 
 @runtime_checkable
@@ -195,16 +196,17 @@ class JobRepository(Protocol):
         lease_timeout: float,
         limit: int,
         listed_order: bool = False,
+        job_types: Sequence[str] | None = None,
     ) -> tuple[list[Job | LeaseLost], list[Job]]:
         """Fenced completion of ``items`` and a lease of up to ``limit`` more jobs, for a worker
-        pool whose completion flush also refills its free threads.
+        pool whose completion flush also refills its free threads or async slots.
 
         The completions are exactly :meth:`complete_many` (each item its own compare-and-set on
         (id, ``running``, token), one answer per item in input order, LeaseLost returned for an
         item whose token no longer holds the job); the lease is exactly :meth:`lease` with the same
         ``now`` (lease order, a fresh fencing token per job, expiry ``now + lease_timeout``
-        seconds; ``limit`` 0 leases nothing; ``listed_order`` as there).  A job completed by this
-        call is never leased by it.
+        seconds; ``limit`` 0 leases nothing; ``listed_order`` and ``job_types`` as there).  A job
+        completed by this call is never leased by it.
         ``now`` is timezone-aware UTC (``finished_at`` of the completions, ``leased_at`` of the
         leases); ``lease_timeout`` is in seconds (> 0).
 
@@ -212,8 +214,8 @@ class JobRepository(Protocol):
             ``(completion results, leased jobs)``.
 
         Raises:
-            ValidationError: a naive ``now``, a bad queue name, worker id or ``lease_timeout``;
-                nothing written.
+            ValidationError: a naive ``now``, a bad queue name, worker id, ``lease_timeout`` or
+                ``job_types``; nothing written.
             StorageUnavailable: the store stayed unreachable.  Completions are then as for
                 :meth:`complete_many` (never reported done unless they landed); no lease was taken
                 that the caller is not told about, except one whose reply was lost and could not
@@ -224,10 +226,13 @@ class JobRepository(Protocol):
         completions' answers are returned (the caller's next lease meets the trouble again).  The
         PostgreSQL adapter does both in one statement.
         """
+        types = validate_job_types(job_types)  # before anything is written
         results = self.complete_many(items, now=now) if items else []
         if limit < 1:
             return results, []
         listed: dict[str, Any] = {"listed_order": True} if listed_order else {}  # an adapter of an older port may lack it
+        if types is not None:
+            listed["job_types"] = types
         try:
             jobs = self.lease(
                 queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, **listed,

@@ -5,7 +5,8 @@ unfiltered lease (and its completion flush's refills).
 
 Real threads and the pool's real event loop, on the in-memory store and on PostgreSQL; what the
 pool holds is read from the store (its ``running`` rows leased to the pool), sampled while the
-backlog drains.  Waits are bounded; nothing is timed.
+backlog drains.  A pool whose handlers are all ``async def`` refills its slots with its completion
+flush, leasing its own job types only.  Waits are bounded; nothing is timed.
 """
 
 from __future__ import annotations
@@ -185,3 +186,30 @@ def test_jobs_of_a_full_lease_of_both_kinds_are_run_when_the_follow_up_lease_fai
     with app.worker(concurrency=2, async_concurrency=3, max_wait=0.05, reap_interval=60):
         wait_for(lambda: app.counts()[JobStatus.COMPLETED] == 12, what="every job to complete, none left leased")
     assert "failed" in repo.filters  # the follow-ups did fail, and what came before them ran
+
+
+def test_a_pool_of_async_handlers_refills_its_slots_with_its_completion_flush_and_its_own_types() -> None:
+    repo, clock = CountingRepository(), SystemClock()
+    app = Tether(repo, PollingDispatcher(repo, clock, poll_interval=0.05), clock, retry_policy=FAST)
+    most_inside, inside = 0, 0
+    lock = threading.Lock()
+
+    @app.handler("fetch")
+    async def fetch(payload: dict) -> None:
+        nonlocal most_inside, inside
+        with lock:
+            inside += 1
+            most_inside = max(most_inside, inside)
+        await asyncio.sleep(0.002)
+        with lock:
+            inside -= 1
+
+    stranger = app.enqueue("elsewhere.only", priority=9).job  # first in lease order, no handler here
+    app.enqueue_many([EnqueueRequest("fetch", {"i": i}) for i in range(300)])
+    with app.worker(concurrency=2, async_concurrency=ASYNC_SLOTS, max_wait=0.05, reap_interval=60) as pool:
+        wait_for(lambda: app.counts()[JobStatus.COMPLETED] == 300, what="every job to complete")
+    assert repo.refilled > 0  # the flush did lease for the loop's slots
+    assert set(repo.refill_types) == {("fetch",)}  # with the loop's job types, never unfiltered
+    assert most_inside <= ASYNC_SLOTS
+    assert pool.stats.completed == 300
+    assert app.get(stranger.id).status is JobStatus.QUEUED and app.get(stranger.id).attempts == 0

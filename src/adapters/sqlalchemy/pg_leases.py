@@ -337,20 +337,20 @@ class PgLeases(PgConnections):
         ).all()
         return {(int(row.id), row.fenced_token): row for row in rows}
 
-    def _complete_and_lease_sql(self, shape: str) -> str:
+    def _complete_and_lease_sql(self, shape: str, typed: bool = False) -> str:
         """The SQL of :meth:`complete_and_lease` for a queue filter of ``shape`` (psycopg
         ``%(name)s`` parameters): the ``complete_many`` update and the lease
         (:meth:`_lease_parts`) as two data-modifying CTEs of one statement (they touch disjoint
         rows: one needs ``running``, the other ``queued``/``retrying``), their rows returned
         together, told apart by the last column (true: completed by this statement).  Columns are
         listed as :data:`JOB_COLUMNS`, so :func:`job_from_tuple` reads them by position whatever
-        the physical column order."""
-        key = ("complete_and_lease", shape)
+        the physical column order.  ``typed``: the lease part with the job-type filter."""
+        key = ("complete_and_lease", shape, "typed") if typed else ("complete_and_lease", shape)
         sql = self._statements.get(key)
         if sql is None:
             table = self._qualified_table
             columns = ", ".join(f"j.{name}" for name in JOB_COLUMNS)
-            chosen, update = self._lease_parts(shape)
+            chosen, update = self._lease_parts(shape, typed=typed)
             sql = self._statements[key] = (
                 f"WITH done AS (UPDATE {table} AS j SET status = {COMPLETED_OR_CANCELLED}, finished_at = %(p_now)s, "
                 "lease_token = NULL, lease_expires_at = NULL "
@@ -373,9 +373,11 @@ class PgLeases(PgConnections):
         lease_timeout: float,
         limit: int,
         listed_order: bool = False,
+        job_types: Sequence[str] | None = None,
     ) -> tuple[list[Job | LeaseLost], list[Job]]:
-        """The fenced completions of ``items`` and a lease of up to ``limit`` jobs in **one**
-        statement (one round trip, one commit): see :meth:`_complete_and_lease_sql`.
+        """The fenced completions of ``items`` and a lease of up to ``limit`` jobs (only of
+        ``job_types`` when given) in **one** statement (one round trip, one commit): see
+        :meth:`_complete_and_lease_sql`.
 
         Each item is still its own compare-and-set on (id, ``running``, token), answered by the
         (id, token) that matched (a stale token next to the current one is LeaseLost); leased
@@ -386,19 +388,23 @@ class PgLeases(PgConnections):
         fresh secret; else LeaseLost).  Raises StorageUnavailable past the retries.
         """
         now = ensure_utc(now, "now")
-        if not items or limit < 1 or (queues is not None and not queues) or self._skipped.ids():
+        types = None if job_types is None else validate_job_types(job_types)
+        typed: dict[str, Any] = {} if types is None else {"job_types": types}
+        if not items or limit < 1 or (queues is not None and not queues) or types == [] or self._skipped.ids():
             # (while rows that failed alone are left out, the lease is a statement of its own)
             return super().complete_and_lease(
                 items, now=now, queues=queues, worker_id=worker_id, lease_timeout=lease_timeout, limit=limit,
-                listed_order=listed_order,
+                listed_order=listed_order, **typed,
             )
         worker_id = validate_worker_id(worker_id)
         lease_timeout = validate_seconds(lease_timeout, "lease_timeout", allow_zero=False)
         shape = self._listed_shape(queues, listed_order)
         order = listed_order_key(queues) if shape == "listed" else lease_order_key
-        sql = self._complete_and_lease_sql(shape)
+        sql = self._complete_and_lease_sql(shape, types is not None)
         batch = [(int(job_id), str(token)) for job_id, token in items]
         base = self._lease_params(queues, worker_id, now, lease_timeout, limit)
+        if types is not None:
+            base["p_types"] = types
         done: dict[tuple[int, str], Job | LeaseLost] = {}
         for attempt in range(self.retry_attempts):
             secret = secrets.token_hex(16)
@@ -413,7 +419,7 @@ class PgLeases(PgConnections):
                 done.update(zip(batch, self.complete_many(batch, now=now)))
                 jobs = self.lease(
                     queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit,
-                    listed_order=listed_order,
+                    listed_order=listed_order, **typed,
                 )
                 return [done[(int(i), str(t))] for i, t in items], jobs
             except _UnknownOutcome:
@@ -439,7 +445,9 @@ class PgLeases(PgConnections):
                 if key not in done:
                     done[key] = LeaseLost(*key)
             if len(jobs) < limit:  # the limited queues: one short counting transaction each
-                jobs += self._limited_top_up(queues, worker_id, now, lease_timeout, limit - len(jobs), shape == "listed")
+                jobs += self._limited_top_up(
+                    queues, worker_id, now, lease_timeout, limit - len(jobs), shape == "listed", **typed
+                )
             return [done[(int(i), str(t))] for i, t in items], sorted(jobs, key=order)
         raise StorageUnavailable(f"{self.safe_url}: could not complete and lease jobs: the connection kept failing")
 

@@ -32,8 +32,10 @@ submits them to the runner (:class:`~tether.entrypoints.worker.runner.Runner`).
   (:meth:`Acquirer._acquire_by_kind`), so the pool never holds more jobs of a kind than that
   kind has slots.  While both kinds have room, one lease of both kinds' types asks for the
   smaller room (whatever comes back fits either kind), and only when it came back full does a
-  lease per kind ask for what is left; the completion flush leases nothing then.  A pool whose
-  handlers are all of one kind leases exactly as before (one unfiltered lease query).
+  lease per kind ask for what is left; the completion flush leases nothing then.  While only one
+  kind has handlers (an all-``async def`` pool), the completion flush refills that kind's slots
+  with its job types (``complete_and_lease(job_types=...)``), freed by the completions it writes.
+  A pool whose handlers are all plain leases exactly as before (one unfiltered lease query).
 - **Storage trouble** (``StorageUnavailable`` or any other error from the dispatcher) is logged
   at most about once a second and retried with a bounded exponential backoff
   (:data:`ACQUIRE_BACKOFF`).
@@ -147,6 +149,7 @@ class Acquirer:
         #: the two runners, when the pool leases for each kind with its own job types; else None
         self._kinds: RunnerByKind | None = None
         self._kind_reserved = [0, 0]  # what lease queries on the wire reserved: threads, loop
+        self._refill_reserved: tuple[int, list[str]] | None = None  # the kind and types of the flush's reservation
         if (isinstance(runner, RunnerByKind) and isinstance(held, HeldJobsByKind)
                 and accepts_keyword(dispatcher.acquire, "job_types") and accepts_keyword(repository.lease, "job_types")):
             self._kinds = runner
@@ -187,16 +190,21 @@ class Acquirer:
 
     def refill(self, handlers_busy: Callable[[], bool]) -> Refill | None:
         """How the completion flush leases for this pool, or None when the dispatcher does not
-        lease straight from the repository, or when this pool leases per kind (the flush's lease
-        could not choose the kind).  ``handlers_busy``: the runner's ``busy``."""
+        lease straight from the repository, or when this pool leases per kind with handlers of
+        both kinds (the flush's lease could not choose the kind) or with a repository whose
+        ``complete_and_lease`` takes no ``job_types``.  ``handlers_busy``: the runner's ``busy``."""
         leases_from = getattr(self._dispatcher, "leases_from", None)  # a third-party dispatcher may lack it
-        if leases_from is None or not leases_from(self._repository) or self._kinds is not None:
+        if leases_from is None or not leases_from(self._repository):
             return None
-        rotate = self._rotates and accepts_keyword(self._repository.complete_and_lease, "listed_order")
+        complete_and_lease = self._repository.complete_and_lease
+        if self._kinds is not None and (self._one_kind() is None or not accepts_keyword(complete_and_lease, "job_types")):
+            return None
+        rotate = self._rotates and accepts_keyword(complete_and_lease, "listed_order")
         return Refill(
             queues=self._queues, worker_id=self._worker_id, lease_timeout=self._lease_timeout,
             reserve=self._reserve_refill, deliver=self._deliver_refill, idle=self._refill_idle,
             handlers_busy=handlers_busy, next_queues=self.next_queues if rotate else None,
+            job_types=None if self._kinds is None else self._refill_types,
         )
 
     def next_queues(self) -> Sequence[str] | None:
@@ -268,18 +276,29 @@ class Acquirer:
                 time.sleep(0)  # let a woken handler thread take the GIL now, before this loop's next query
 
     # -- two kinds of handler ------------------------------------------------------------------
-    def _kind_rooms(self) -> tuple[int, int]:
+    def _kind_rooms(self, completing: tuple[int, int] = (0, 0)) -> tuple[int, int]:
         """(threads, loop): how many jobs of each kind a lease query may ask for now (under the
         pool's lock): the kind's slots less the jobs of that kind held (so none beyond its slots,
-        prefetched or completing included) and less what queries on the wire reserved."""
+        prefetched or completing included) and less what queries on the wire reserved.
+        ``completing``: jobs of each kind whose completion the asking flush writes, no longer
+        held once it returned."""
         kinds = self._kinds
         held = self._held
         assert kinds is not None and isinstance(held, HeldJobsByKind)
-        on_loop = held.on_loop
+        on_loop = held.on_loop - completing[1]
+        on_threads = held.in_flight - held.on_loop - completing[0]
         thread_types, loop_types = kinds.job_types()  # a kind without handlers has no room
-        threads = min(kinds.threads.free_slots(), kinds.threads.slots - (held.in_flight - on_loop)) if thread_types else 0
+        threads = min(kinds.threads.free_slots(), kinds.threads.slots - on_threads) if thread_types else 0
         loop = min(kinds.loop.free_slots(), kinds.loop.slots - on_loop) if loop_types else 0
         return max(threads - self._kind_reserved[0], 0), max(loop - self._kind_reserved[1], 0)
+
+    def _one_kind(self) -> tuple[int, list[str]] | None:
+        """(0 threads or 1 loop, its job types) while only that kind has handlers, else None."""
+        assert self._kinds is not None
+        thread_types, loop_types = self._kinds.job_types()
+        if bool(thread_types) == bool(loop_types):
+            return None
+        return (1, loop_types) if loop_types else (0, thread_types)
 
     def _free_by_kind(self, completing: int = 0) -> int:
         """:meth:`free` of a pool leasing per kind: the rooms of both kinds together."""
@@ -377,19 +396,43 @@ class Acquirer:
         return min(self._prefetch, int(self._runner.slots * PREFETCH_HORIZON / seconds))
 
     def _reserve_refill(self, completing: int) -> int:
-        """For a completion flush of ``completing`` jobs: how many to lease with it (reserved)."""
+        """For a completion flush of ``completing`` jobs: how many to lease with it (reserved);
+        per kind, only while one kind has handlers, for that kind's room (:meth:`_refill_types`
+        gives the flush that kind's job types)."""
         with self._lock:
+            self._refill_reserved = None
             if self._held.stopping.is_set():
                 return 0
+            if self._kinds is not None:
+                one = self._one_kind()
+                if one is None:  # handlers of the other kind were registered since: the acquirer leases
+                    return 0
+                kind, types = one
+                room = self._kind_rooms((completing, 0) if kind == 0 else (0, completing))[kind]
+                if room <= 0:
+                    return 0
+                self._kind_reserved[kind] += room
+                self._refill_reserved = (kind, types)
+                return room
             free = self.free(completing)
             if free <= 0:
                 return 0
             self._reserved += free
             return free
 
+    def _refill_types(self) -> list[str] | None:
+        """The job types of the kind the last :meth:`_reserve_refill` reserved for (per kind)."""
+        reserved = self._refill_reserved
+        return None if reserved is None else reserved[1]
+
     def _deliver_refill(self, jobs: list[Job], reserved: int) -> None:
         try:
-            self._hand_out(jobs, reserved)
+            kind = self._refill_reserved
+            if kind is None:
+                self._hand_out(jobs, reserved)
+            else:
+                self._refill_reserved = None
+                self._hand_out(jobs, 0, (reserved, 0) if kind[0] == 0 else (0, reserved))
         except BaseException:  # never break the flusher; the reaper takes them back
             logger.exception("worker %s: could not hand out %d job(s) leased with completions", self._worker_id, len(jobs))
         if jobs:

@@ -78,6 +78,8 @@ class Refill:
             (read without locks; only steers when to flush).
         next_queues: the queues of the next lease, listed in the order to prefer them (a pool
             serving several named queues rotates them); None: ``queues`` in one lease order.
+        job_types: called after each ``reserve`` that reserved jobs: the job types to lease (a
+            pool leasing for one kind of handler), or None: every type; None: every type.
     """
 
     queues: Sequence[str] | None
@@ -88,6 +90,7 @@ class Refill:
     idle: Callable[[], None]
     handlers_busy: Callable[[], bool]
     next_queues: Callable[[], Sequence[str] | None] | None = None
+    job_types: Callable[[], Sequence[str] | None] | None = None
 
 
 class _Pending:
@@ -282,10 +285,14 @@ class CompletionBatcher:
             items = [(p.job_id, p.token) for p in batch]
             if reserved > 0 and refill is not None:
                 rotate = refill.next_queues
+                options: dict[str, object] = {} if rotate is None else {"listed_order": True}
+                types = None if refill.job_types is None else refill.job_types()
+                if types is not None:
+                    options["job_types"] = types
                 results, jobs = self._repository.complete_and_lease(
                     items, now=self._clock.now(), queues=refill.queues if rotate is None else rotate(),
                     worker_id=refill.worker_id, lease_timeout=refill.lease_timeout, limit=reserved,
-                    **({} if rotate is None else {"listed_order": True}),
+                    **options,  # type: ignore[arg-type]
                 )
             else:
                 results = self._repository.complete_many(items, now=self._clock.now())

@@ -4,7 +4,8 @@ A worker pool with both thread-run and ``async def`` handlers asks each kind's j
 that kind's free slots; these checks say what such a lease must do on every store: only the
 types asked, in the lease order the unfiltered lease would give them, with the queue filter,
 listed order, paused queues, running and rate limits applied as ever, and nothing of the other
-types touched.
+types touched.  The completion flush of a pool whose handlers are all of one kind leases
+with ``complete_and_lease(job_types=...)``: the same rules, beside its completions.
 """
 
 from __future__ import annotations
@@ -94,6 +95,38 @@ class TypedLeaseContract(ContractSupport):
             self._typed(repository, clock, bad)  # type: ignore[arg-type]
         assert caught.value.field == "job_types"
         assert repository.get(job.id).status is JobStatus.QUEUED
+
+    def test_complete_and_lease_with_job_types_refills_only_those_types(
+        self, repository: JobRepository, clock: FakeClock
+    ) -> None:
+        first = self.add(repository, clock, job_type="kind.async")
+        held = repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)[0]
+        sync = self.add(repository, clock, job_type="kind.sync", priority=9)
+        loop = [self.add(repository, clock, job_type="kind.async", priority=p).id for p in (0, 5, 0)]
+        results, leased = repository.complete_and_lease(
+            [(held.id, self.token_of(held))], now=clock.now(), queues=None, worker_id="w", lease_timeout=60, limit=2,
+            job_types=["kind.async"],  # type: ignore[call-arg]
+        )
+        assert held.id == first.id and [getattr(r, "status", r) for r in results] == [JobStatus.COMPLETED]
+        assert [j.id for j in leased] == [loop[1], loop[0]]  # its type only, in lease order
+        assert repository.get(sync.id).status is JobStatus.QUEUED  # the best job of another type stays
+        assert repository.get(loop[2]).status is JobStatus.QUEUED  # past the limit
+
+    @pytest.mark.parametrize("bad", ["kind.a", ["bad type!"], 7])
+    def test_complete_and_lease_with_a_bad_job_types_filter_writes_nothing(
+        self, repository: JobRepository, clock: FakeClock, bad: object
+    ) -> None:
+        self.add(repository, clock, job_type="kind.a")
+        held = repository.lease(queues=None, worker_id="w", now=clock.now(), lease_timeout=60)[0]
+        waiting = self.add(repository, clock, job_type="kind.a")
+        with pytest.raises(ValidationError) as caught:
+            repository.complete_and_lease(
+                [(held.id, self.token_of(held))], now=clock.now(), queues=None, worker_id="w", lease_timeout=60,
+                limit=2, job_types=bad,  # type: ignore[call-arg, arg-type]
+            )
+        assert caught.value.field == "job_types"
+        assert repository.get(held.id).status is JobStatus.RUNNING  # its completion was not written
+        assert repository.get(waiting.id).status is JobStatus.QUEUED
 
 
 __all__ = ["TypedLeaseContract"]
