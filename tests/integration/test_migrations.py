@@ -198,7 +198,7 @@ def assert_at_head(target: Target, tmp_path: Path) -> None:
 def test_the_shipped_revisions_are_numbered_and_the_head_is_schema_version() -> None:
     revisions = migrations.shipped_revisions()
     assert revisions == [migrations.revision_id(n) for n in range(1, SCHEMA_VERSION + 1)]
-    assert revisions[-1] == HEAD_REVISION == "0009"
+    assert revisions[-1] == HEAD_REVISION == "0010"
     assert (migrations.SCRIPT_LOCATION / "script.py.mako").is_file()
 
 
@@ -290,7 +290,7 @@ def test_an_upgrade_from_0002_keeps_every_row_and_admits_cancellation(target: Ta
 
     repo = target.open()  # create=True upgrades
     try:
-        assert repo.schema_version() == SCHEMA_VERSION == 9
+        assert repo.schema_version() == SCHEMA_VERSION == 10
         assert_at_head(target, tmp_path)
         with repo.engine.connect() as conn:
             after = conn.execute(table.select().with_only_columns(*older_columns).order_by(table.c.id)).all()
@@ -433,6 +433,11 @@ def test_offline_sql_names_every_statement_of_the_upgrade() -> None:
     assert "CREATE INDEX ix_tether_jobs_running_key ON tether_jobs (queue, concurrency_key, lease_expires_at) " \
            "WHERE status = 'running' AND concurrency_key IS NOT NULL" in only_new
     assert "UPDATE tether_alembic_version SET version_num='0009'" in only_new
+    assert "CREATE INDEX ix_tether_jobs_leasable_queue ON tether_jobs (queue, priority DESC, scheduled_at, id) " \
+           "INCLUDE (status) WHERE status IN ('queued', 'retrying')" in only_new
+    assert "CREATE INDEX ix_tether_jobs_running_expiry ON tether_jobs (lease_expires_at) INCLUDE (queue) " \
+           "WHERE status = 'running'" in only_new
+    assert "UPDATE tether_alembic_version SET version_num='0010'" in only_new
     assert "CREATE TABLE app_jobs.tether_workers" in pg
     lite = migrations.upgrade_sql("sqlite")
     assert "ALTER TABLE _tether_jobs_0002 RENAME TO tether_jobs" in lite

@@ -91,3 +91,47 @@ def test_queue_summaries_run_without_parallel_workers_in_their_own_transaction_o
     assert sent[summaries[0] - 1] == "SET LOCAL max_parallel_workers_per_gather = 0"
     assert "SET LOCAL" not in sent[summaries[1] - 1]
     assert setting != "0" and inside != "0"  # SET LOCAL ended with the read's own transaction
+
+
+def test_queue_summaries_are_an_index_only_scan_of_both_live_indexes(repo: PostgresJobRepository) -> None:
+    """Both live indexes carry what the summaries group by (``INCLUDE``): once the table is
+    vacuumed, the statement reads no table page at all, however the live rows lie among the
+    finished ones."""
+    clock = FakeClock()
+    now = clock.now()
+    statuses = "CASE WHEN g % 50 = 0 THEN 'running' WHEN g % 50 = 1 THEN 'retrying' WHEN g % 50 = 2 THEN 'queued' ELSE 'completed' END"
+    with repo.engine.begin() as conn:
+        conn.execute(
+            text(
+                f'INSERT INTO "{SCHEMA}".tether_jobs (job_type, queue, payload, priority, status, attempts, max_attempts, '
+                "scheduled_at, created_at, finished_at, lease_token, leased_by, leased_at, lease_expires_at) "
+                f"SELECT 'work', (ARRAY['a','b'])[1 + g % 2], '{{}}', 0, s.status, 1, 3, :t - g * interval '1 second', :t, "
+                "CASE WHEN s.status = 'completed' THEN :t END, CASE WHEN s.status = 'running' THEN md5(g::text) END, "
+                "CASE WHEN s.status = 'running' THEN 'w' END, CASE WHEN s.status = 'running' THEN :t END, "
+                "CASE WHEN s.status = 'running' THEN :t + interval '1 minute' END "
+                f"FROM generate_series(1, 100000) AS g CROSS JOIN LATERAL (SELECT {statuses} AS status) AS s"
+            ),
+            {"t": now},
+        )
+    with repo.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f'VACUUM ANALYZE "{SCHEMA}".tether_jobs')
+    captured: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if "GROUP BY" in statement:
+            captured.append((statement, parameters))
+
+    event.listen(repo.engine, "before_cursor_execute", grab)
+    try:
+        summaries = repo.queue_summaries(now=now)
+    finally:
+        event.remove(repo.engine, "before_cursor_execute", grab)
+    # g % 50 = 0 and 2 are even (queue a), g % 50 = 1 is odd (queue b): 2,000 of each status
+    assert [(s.queue, s.queued, s.retrying, s.running, s.due) for s in summaries] == [
+        ("a", 2000, 0, 2000, 2000), ("b", 0, 2000, 0, 2000)]
+    [(statement, parameters)] = captured
+    with repo.engine.connect() as conn:
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + statement, parameters))
+    assert "Index Only Scan using ix_tether_jobs_leasable_queue" in plan, plan
+    assert "Index Only Scan using ix_tether_jobs_running_expiry" in plan, plan
+    assert "Heap Scan" not in plan and "Seq Scan" not in plan, plan

@@ -40,7 +40,7 @@ from tether.adapters.sqlalchemy.schema import QUEUES_TABLE_NAME, SCHEDULES_TABLE
 from tether.domain.errors import ConfigurationError, ValidationError
 
 #: The schema version this Tether writes and expects: the number of its newest revision.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: Alembic's version table, under Tether's name, in the repository's schema.
 VERSION_TABLE = "tether_alembic_version"
 #: The version table of the runner before Alembic (one integer row); kept up to date where it exists.

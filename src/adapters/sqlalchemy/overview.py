@@ -119,7 +119,8 @@ class SqlOverview(SqlTransactions, JobOverview):
         (``sum`` of a ``CASE``) and the least due ``scheduled_at`` (a ``CASE`` inside ``min``), as
         the ``UNION ALL`` of a grouped read under each live partial index's own predicate
         (``queued``/``retrying``, ``running``), so the planner reads those indexes and never the
-        finished rows.  On PostgreSQL it runs without parallel workers (``SET LOCAL`` in its own
+        finished rows; on PostgreSQL they carry ``status`` and ``queue`` (``INCLUDE``, revision
+        0010), so it reads nothing else: an index-only scan.  On PostgreSQL it runs without parallel workers (``SET LOCAL`` in its own
         transaction): on a busy server their start-up made the slowest reads several times the
         median, and a background read should not take the workers other queries need."""
         now = ensure_utc(now, "now")
@@ -136,10 +137,10 @@ class SqlOverview(SqlTransactions, JobOverview):
             .where(status_is(t.c.status, JobStatus.QUEUED, JobStatus.RETRYING))
             .group_by(t.c.queue, t.c.status)
         )
-        running = (
-            select(t.c.queue, t.c.status, func.count(), literal(0), null())
+        running = (  # the status a literal: the running index carries the queue, not the status
+            select(t.c.queue, literal(JobStatus.RUNNING.value), func.count(), literal(0), null())
             .where(status_is(t.c.status, JobStatus.RUNNING))
-            .group_by(t.c.queue, t.c.status)
+            .group_by(t.c.queue)
         )
         stmt = union_all(waiting, running)
 

@@ -169,6 +169,7 @@ def build_jobs_table(metadata: MetaData) -> Table:
         c.scheduled_at,
         c.id,
         postgresql_where=leasable,
+        postgresql_include=["status"],  # the queue summaries count by status from the index alone
         sqlite_where=leasable,
     )
     Index(
@@ -179,7 +180,10 @@ def build_jobs_table(metadata: MetaData) -> Table:
         postgresql_where=leasable,
         sqlite_where=leasable,
     )
-    Index(RUNNING_INDEX, c.lease_expires_at, postgresql_where=text(RUNNING_PREDICATE), sqlite_where=text(RUNNING_PREDICATE))
+    Index(  # INCLUDE queue: the running jobs per queue from the index alone
+        RUNNING_INDEX, c.lease_expires_at, postgresql_where=text(RUNNING_PREDICATE), postgresql_include=["queue"],
+        sqlite_where=text(RUNNING_PREDICATE),
+    )
     Index(
         RUNNING_KEY_INDEX, c.queue, c.concurrency_key, c.lease_expires_at,
         postgresql_where=text(RUNNING_KEY_PREDICATE), sqlite_where=text(RUNNING_KEY_PREDICATE),
