@@ -56,7 +56,7 @@ def _check_column_range(value: object, field: str, low: int, high: int) -> None:
     """Raise ValidationError(``field``) when ``value`` is an int (of any int type) outside
     ``[low, high]``; other types are the adapters' to convert, as before."""
     if isinstance(value, int) and not low <= value <= high:
-        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
+        raise ValidationError(field, f"must be an integer from {low:,} to {high:,}, got {value}")
 
 
 @attrs.frozen

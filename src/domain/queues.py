@@ -141,7 +141,7 @@ def validate_rate(rate_limit: object, per: object) -> tuple[int, float]:
     period = validate_seconds(per, "rate_period", allow_zero=False)
     if not MIN_RATE_PERIOD <= period <= MAX_RATE_PERIOD:
         raise ValidationError(
-            "rate_period", f"must be between {MIN_RATE_PERIOD} and {MAX_RATE_PERIOD:,.0f} seconds, got {period}"
+            "rate_period", f"must be a number of seconds from {MIN_RATE_PERIOD:g} to {MAX_RATE_PERIOD:,.0f}, got {period}"
         )
     return limit, round(period * 1_000_000) / 1_000_000
 

@@ -11,8 +11,8 @@ class Snooze(Exception):
     """Raise from a handler to give the job back and run it again ``seconds`` from now.
 
     The job goes back to ``queued``, due ``seconds`` later, with this attempt given back (it does
-    not count against ``max_attempts``) and ``last_error`` left as it was: a snooze is not a
-    failure.  Like every outcome, it is a write fenced by the lease; a job whose cancellation was
+    not count against ``max_attempts``, and the next run's ``ctx.attempt`` is this run's number
+    again) and ``last_error`` left as it was: a snooze is not a failure.  Like every outcome, it is a write fenced by the lease; a job whose cancellation was
     requested ends ``cancelled`` instead.
 
     Example: ``raise tether.Snooze(30)`` while a rate limit or a resource is not ready yet.

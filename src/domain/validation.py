@@ -94,7 +94,7 @@ def validate_int(value: object, field: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(field, f"must be an integer, got {type(value).__name__} {shown(value)}")
     if not low <= value <= high:
-        raise ValidationError(field, f"must be between {low} and {high}, got {shown(value)}")
+        raise ValidationError(field, f"must be an integer from {low:,} to {high:,}, got {shown(value)}")
     return value
 
 

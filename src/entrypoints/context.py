@@ -73,7 +73,9 @@ class JobContext:
 
     @property
     def attempt(self) -> int:
-        """Which attempt this is, counted from 1 (``job.attempts``)."""
+        """Which attempt this is, counted from 1 (``job.attempts``).  A snooze
+        (``tether.Snooze``) or a release at shutdown gives the attempt back, so the run after one
+        has the same number as the run before it."""
         return self.job.attempts
 
     @property

@@ -237,7 +237,7 @@ def _int_between(low: int, high: int) -> Any:
             raise InvalidSetting(attribute.name, f"must be an integer, got {shown(value)}")
         if not low <= value <= high:
             got = f"{value:,}" if value.bit_length() <= 133 else shown(value)
-            raise InvalidSetting(attribute.name, f"must be from {low:,} to {high:,}, got {got}")
+            raise InvalidSetting(attribute.name, f"must be an integer from {low:,} to {high:,}, got {got}")
 
     return check
 

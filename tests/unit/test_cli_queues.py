@@ -92,7 +92,7 @@ def test_pause_resume_limit_and_list(db: str, repo: SqlAlchemyJobRepository) -> 
         (["limit", "api", "--per", "5"], "tether: error: --rate: --rate and --per go together"),
         (["limit", "api", "--rate", "0", "--per", "5"], "tether: error: --rate: must be an integer from 1 to 1,000,000, got 0"),
         (["limit", "api", "--rate", "5", "--per", "0"], "tether: error: --per: must be > 0 seconds"),
-        (["limit", "api", "--rate", "5", "--per", "0.0001"], "tether: error: --per: must be between 0.001"),
+        (["limit", "api", "--rate", "5", "--per", "0.0001"], "tether: error: --per: must be a number of seconds from 0.001 to 31,622,400, got 0.0001"),
         (["pause", "bad name"], "tether: error: QUEUE: 'bad name' is not a queue name"),
         (["resume", ""], "tether: error: QUEUE: '' is not a queue name"),
         (["limit", "x/y", "--max-running", "2"], "tether: error: QUEUE: 'x/y' is not a queue name"),

@@ -70,7 +70,7 @@ def test_bad_url_is_refused_before_anything_opens_and_hides_the_password() -> No
         ({"database_url": "mysql://app:hunter2@db/jobs"}, "database_url: unsupported URL 'mysql://app:***@db/jobs'; use memory://"),
         ({"redis_url": "amqp://guest:guest@mq/"}, "redis_url: must be a redis://, rediss:// or unix:// URL, got 'amqp://guest:***@mq/'"),
         ({"schema": "no-dashes"}, "schema: must be 1-63 of letters, digits and '_'"),
-        ({"max_payload_bytes": 1}, "max_payload_bytes: must be from 2 to"),
+        ({"max_payload_bytes": 1}, "max_payload_bytes: must be an integer from 2 to"),
     ],
     ids=["database_url", "redis_url", "schema", "max_payload_bytes"],
 )
@@ -187,7 +187,7 @@ def test_a_dispatcher_that_fails_to_start_closes_the_repository(monkeypatch: pyt
 
 @pytest.mark.parametrize(
     ("value", "problem"),
-    [(-3, "must be between 1 and 1000, got -3"), (0, "must be between 1 and 1000, got 0"),
+    [(-3, "must be an integer from 1 to 1,000, got -3"), (0, "must be an integer from 1 to 1,000, got 0"),
      ("x", "must be an integer, got str 'x'"), (2.5, "must be an integer, got float 2.5"),
      (True, "must be an integer, got bool True")],
 )

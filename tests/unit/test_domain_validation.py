@@ -78,7 +78,7 @@ def test_max_attempts(max_attempts: object) -> None:
     # C15c: 0 and -1 are a clear validation error naming max_attempts
     error = rejected("max_attempts", max_attempts=max_attempts)
     if max_attempts in (0, -1) and not isinstance(max_attempts, bool):
-        assert "between 1 and 10000" in error.problem
+        assert "from 1 to 10,000" in error.problem
 
 
 def test_max_attempts_accepts_one_and_the_limit() -> None:
@@ -255,12 +255,12 @@ class _Level(int):
 @pytest.mark.parametrize(
     ("change", "field", "problem"),
     [
-        ({"priority": 2**40}, "priority", "must be between -2147483648 and 2147483647, got 1099511627776"),
-        ({"priority": -(2**31) - 1}, "priority", "must be between -2147483648 and 2147483647, got -2147483649"),
-        ({"priority": _Level(2**31)}, "priority", "must be between -2147483648 and 2147483647, got 2147483648"),
-        ({"max_attempts": 0}, "max_attempts", "must be between 1 and 10000, got 0"),
-        ({"max_attempts": False}, "max_attempts", "must be between 1 and 10000, got False"),
-        ({"max_attempts": 10**30}, "max_attempts", "must be between 1 and 10000, got 1000000000000000000000000000000"),
+        ({"priority": 2**40}, "priority", "must be an integer from -2,147,483,648 to 2,147,483,647, got 1099511627776"),
+        ({"priority": -(2**31) - 1}, "priority", "must be an integer from -2,147,483,648 to 2,147,483,647, got -2147483649"),
+        ({"priority": _Level(2**31)}, "priority", "must be an integer from -2,147,483,648 to 2,147,483,647, got 2147483648"),
+        ({"max_attempts": 0}, "max_attempts", "must be an integer from 1 to 10,000, got 0"),
+        ({"max_attempts": False}, "max_attempts", "must be an integer from 1 to 10,000, got False"),
+        ({"max_attempts": 10**30}, "max_attempts", "must be an integer from 1 to 10,000, got 1000000000000000000000000000000"),
     ],
 )
 def test_a_new_job_built_without_prepare_job_holds_only_what_the_columns_hold(

@@ -41,8 +41,8 @@ def test_shown_cuts_long_values_and_counts_the_digits_of_huge_integers() -> None
     [
         ({"job_type": HUGE}, "job_type: an integer of 5,001 digits is not a job type"),
         ({"queue": HUGE}, "queue: an integer of 5,001 digits is not a queue name"),
-        ({"priority": HUGE}, "priority: must be between -2147483648 and 2147483647, got an integer of 5,001 digits"),
-        ({"max_attempts": -HUGE}, "max_attempts: must be between 1 and 10000, got a negative integer of 5,001 digits"),
+        ({"priority": HUGE}, "priority: must be an integer from -2,147,483,648 to 2,147,483,647, got an integer of 5,001 digits"),
+        ({"max_attempts": -HUGE}, "max_attempts: must be an integer from 1 to 10,000, got a negative integer of 5,001 digits"),
         ({"idempotency_key": HUGE}, "idempotency_key: must be a string of 1-255 characters, got an integer of 5,001 digits"),
         ({"delay": HUGE}, "delay: must be a finite number of seconds, got an integer of 5,001 digits"),
         ({"payload": {HUGE: 1}}, "payload: has a key of type int (an integer of 5,001 digits)"),
@@ -66,7 +66,7 @@ def test_enqueue_names_the_field_of_a_value_python_cannot_print(app: Any, argume
     ("call", "message"),
     [
         (lambda app: app.list(status=HUGE), "status: an integer of 5,001 digits is not one of"),
-        (lambda app: app.list(limit=HUGE), "limit: must be between 0 and 10000, got an integer of 5,001 digits"),
+        (lambda app: app.list(limit=HUGE), "limit: must be an integer from 0 to 10,000, got an integer of 5,001 digits"),
         (lambda app: app.cancel_matching(statuses=[HUGE]), "statuses: an integer of 5,001 digits is not a status"),
         (lambda app: app.find_by_key(None), "idempotency_key: must be a string of 1-255 characters, got None"),
         (lambda app: app.worker(queues=HUGE), "queues: must be a non-empty list of queue names or None, got an integer"),
@@ -97,7 +97,7 @@ def test_settings_name_the_setting_of_a_number_python_cannot_print_or_convert() 
     assert str(info.value) == "poll_interval: must be a finite number of seconds, got an integer of 4,300 digits"
     with pytest.raises(InvalidSetting) as info:
         Settings(concurrency=HUGE)
-    assert "must be from 1 to" in str(info.value) and str(info.value).endswith("got an integer of 5,001 digits")
+    assert "must be an integer from 1 to" in str(info.value) and str(info.value).endswith("got an integer of 5,001 digits")
     with pytest.raises(InvalidSetting) as info:
         Settings(lease_timeout=-HUGE)
     assert "lease_timeout" in str(info.value) and "a negative integer of 5,001 digits" in str(info.value)

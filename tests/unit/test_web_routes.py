@@ -164,6 +164,18 @@ def test_a_bad_page_parameter_is_a_400_naming_it(path: str, names: str) -> None:
     assert f"{names}:" in answer.text
 
 
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        ("/jobs?limit=0", "limit: must be an integer from 1 to 500, got"),
+        ("/jobs?before=-5", "before: must be an integer from 1 to 9,223,372,036,854,775,807, got"),
+    ],
+)
+def test_a_bad_number_on_a_page_is_worded_as_the_api_and_cli_word_it(path: str, problem: str) -> None:
+    answer = client(new_app()).get(path)
+    assert answer.status_code == 400 and problem in answer.text
+
+
 def test_an_unknown_job_is_a_404() -> None:
     assert client(new_app()).get("/jobs/12345").status_code == 404
 

@@ -85,6 +85,45 @@ def _load_failure(step: str, tether_step: str, exc: Exception) -> TetherError:
     return ValidationError("app", f"{step} failed: {type(exc).__name__}: {exc}")
 
 
+#: The store options of the other commands, which ``tether worker`` does not take (its app, loaded
+#: by ``--app``, brings its own store and dispatcher): what to do instead, by flag.
+NOT_WORKER_OPTIONS = {
+    "--database-url": ("the database URL", "tether.connect(URL)", "TETHER_DATABASE_URL"),
+    "--schema": ("the schema", "tether.connect(URL, schema=S)", "TETHER_SCHEMA"),
+    "--redis-url": ("the Redis URL", "tether.connect(URL, redis_url=R)", "TETHER_REDIS_URL"),
+    "--redis-prefix": ("the prefix", 'tether.connect(URL, redis_url=R, redis_options={"prefix": P})', "TETHER_REDIS_PREFIX"),
+    "--redis-cluster": ("cluster mode", 'tether.connect(URL, redis_url=R, redis_options={"cluster": True})', "TETHER_REDIS_CLUSTER"),
+}
+
+
+def not_a_worker_option(flag: str) -> str | None:
+    """Why ``tether worker`` refuses ``flag``, when it is one of the other commands' store options
+    (:data:`NOT_WORKER_OPTIONS`), and what to do instead; None for any other unknown flag."""
+    if flag not in NOT_WORKER_OPTIONS:
+        return None
+    what, call, variable = NOT_WORKER_OPTIONS[flag]
+    return (
+        f"tether worker uses the store and Redis of the app it loads (--app); set {what} where the app "
+        f"is made: {call}, or tether.connect_from_env() with {variable} set"
+    )
+
+
+class WorkerCommand(FlagNamingCommand):
+    """``tether worker``: a store option of the other commands (``--database-url``, ...) is bad
+    input naming the flag and what to do instead (:func:`not_a_worker_option`), not a bare
+    "no such option"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except typer.TyperException as error:
+            flag = str(getattr(error, "option_name", "")) if type(error).__name__ == "NoSuchOption" else ""
+            reason = not_a_worker_option(flag)
+            if reason is None:
+                raise
+            raise ValidationError(flag, reason) from None
+
+
 def worker(
     ctx: typer.Context,
     app_spec: Annotated[
@@ -324,7 +363,7 @@ def _configure_logging(level: str, log_format: str = "text") -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``tether worker`` to ``app``."""
-    app.command(cls=FlagNamingCommand)(worker)
+    app.command(cls=WorkerCommand)(worker)
 
 
-__all__ = ["load_app", "register", "worker"]
+__all__ = ["NOT_WORKER_OPTIONS", "WorkerCommand", "load_app", "not_a_worker_option", "register", "worker"]

@@ -37,7 +37,7 @@ class JobsQuery:
 def positive_id(text: str, field: str) -> int:
     """``text`` as an id from 1 to 2**63 - 1.  Raises BadParameter naming ``field``."""
     if not text.isascii() or not text.isdigit() or len(text) > 19 or not 1 <= int(text) <= MAX_BIGINT:
-        raise BadParameter(field, f"must be a whole number from 1 to {MAX_BIGINT}, got {text[:40]!r}")
+        raise BadParameter(field, f"must be an integer from 1 to {MAX_BIGINT:,}, got {text[:40]!r}")
     return int(text)
 
 
@@ -60,7 +60,7 @@ def jobs_query(params: Mapping[str, str]) -> JobsQuery:
     if params.get("limit"):
         text = params["limit"]
         if not text.isascii() or not text.isdigit() or len(text) > 6 or not 1 <= int(text) <= MAX_PAGE_LIMIT:
-            raise BadParameter("limit", f"must be a whole number from 1 to {MAX_PAGE_LIMIT}, got {text[:40]!r}")
+            raise BadParameter("limit", f"must be an integer from 1 to {MAX_PAGE_LIMIT:,}, got {text[:40]!r}")
         limit = int(text)
     return JobsQuery(JobFilter(status, queue, job_type), before, limit)
 
