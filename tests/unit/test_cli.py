@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tether.adapters.sqlalchemy.migrations import SCHEMA_VERSION
 from tether.domain.errors import PermanentError
 from tether.domain.job import JobStatus
 from tether.entrypoints.cli import app
 from tether.entrypoints.container import connect
 from typer.testing import CliRunner
+
+NEXT_VERSION = SCHEMA_VERSION + 1  # no such schema version yet
 
 SETTINGS_VARIABLES = (
     "TETHER_DATABASE_URL",
@@ -166,7 +169,8 @@ BAD_INPUT = [
     (["worker", "--app", "tether.testing:fake_app", "--worker-id", ""], "--worker-id: must be 1-200 printable characters"),
     (["worker"], "--app: is required (or set TETHER_APP)"),
     (["db", "upgrade", "--from-version", "1"], "--from-version: only with --sql"),
-    (["db", "upgrade", "--sql", "--from-version", "10"], "--from-version: 10 is not a schema version of this Tether"),
+    (["db", "upgrade", "--sql", "--from-version", str(NEXT_VERSION)],
+     f"--from-version: {NEXT_VERSION} is not a schema version of this Tether"),
     (["db", "upgrade", "--sql", "--from-version", "one"], "--from-version: must be an integer, got 'one'"),
     (["frobnicate"], "No such command 'frobnicate'"),
 ]
