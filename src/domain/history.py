@@ -5,7 +5,8 @@ the reaper's take-back of an expired lease) appends one :class:`Attempt` to ``Jo
 the same write as the state change it records; the oldest entries are dropped beyond
 :data:`HISTORY_LIMIT`.  An operator's cancel of a waiting job ends no attempt and adds nothing; a
 cancel of a running job adds its entry (``cancelled``) when the attempt ends.  A manual retry keeps
-the history (attempt numbers then count from 1 again, as ``attempts`` does).
+the history (attempt numbers then count from 1 again, as ``attempts`` does; :func:`after_retry`
+tells which entries follow one).
 
 The outcome of an attempt (:class:`AttemptOutcome`) says what ended it:
 
@@ -99,12 +100,30 @@ def with_attempt(history: tuple[Attempt, ...], attempt: Attempt) -> tuple[Attemp
     return (*history, attempt)
 
 
+#: Outcomes that give the attempt back: the next attempt has the same number.
+GIVEN_BACK = frozenset({AttemptOutcome.RELEASED, AttemptOutcome.SNOOZED})
+
+
+def after_retry(history: tuple[Attempt, ...]) -> tuple[bool, ...]:
+    """For each entry of ``history`` (oldest first): True when it is the first attempt after a
+    manual retry, which counts the attempts from 1 again: its number is below the entry before
+    it, or the same number though that entry did not give its attempt back (``released``,
+    ``snoozed``).  The first entry is never marked (what came before it may have been dropped)."""
+    marks = [False] * len(history)
+    for k in range(1, len(history)):
+        before, entry = history[k - 1], history[k]
+        marks[k] = entry.number < before.number or (entry.number == before.number and before.outcome not in GIVEN_BACK)
+    return tuple(marks)
+
+
 __all__ = [
+    "GIVEN_BACK",
     "HISTORY_ERROR_CHARS",
     "HISTORY_LIMIT",
     "TIMEOUT_ERROR_PREFIX",
     "Attempt",
     "AttemptOutcome",
+    "after_retry",
     "attempt_error",
     "failure_outcomes",
     "with_attempt",

@@ -72,14 +72,36 @@ def test_jobs_show_json_carries_the_history(db: str) -> None:
     output = show(db, job_id, "--json")
     shown = json.loads(output)
     assert shown["history"] == [
-        {"attempt": 1, "worker_id": "w-1", "started_at": "2026-05-01T09:30:00+00:00",
+        {"attempt": 1, "after_retry": False, "worker_id": "w-1", "started_at": "2026-05-01T09:30:00+00:00",
          "ended_at": "2026-05-01T09:30:01.500000+00:00", "outcome": "failed", "error": "ValueError: no [b]ucket\nline 2"},
-        {"attempt": 2, "worker_id": "w-2", "started_at": "2026-05-01T09:30:02+00:00",
+        {"attempt": 2, "after_retry": False, "worker_id": "w-2", "started_at": "2026-05-01T09:30:02+00:00",
          "ended_at": "2026-05-01T09:30:04+00:00", "outcome": "released", "error": None},
-        {"attempt": 2, "worker_id": "w-3", "started_at": "2026-05-01T09:30:05+00:00",
+        {"attempt": 2, "after_retry": False, "worker_id": "w-3", "started_at": "2026-05-01T09:30:05+00:00",
          "ended_at": "2026-05-01T09:31:05+00:00", "outcome": "completed", "error": None},
     ]
     assert not any(token in output for token in tokens)
+
+
+def test_jobs_show_marks_the_attempts_after_a_manual_retry(db: str) -> None:
+    """A dead job retried by hand counts its attempts from 1 again: the line (and the JSON entry)
+    of the first attempt after the retry says so; a released attempt's repeat number does not."""
+    tether_app = connect(db)
+    try:
+        job = tether_app.enqueue("reports.build", {}, run_at=T0, max_attempts=1).job
+        repo = tether_app.repository
+        (leased,) = repo.lease(queues=None, worker_id="w-1", now=T0, lease_timeout=60)
+        repo.fail(job.id, leased.lease_token or "", now=T0 + timedelta(seconds=1), error="ValueError: no", retry_at=None)
+        tether_app.retry(job.id)
+        (again,) = repo.lease(queues=None, worker_id="w-2", now=T0 + timedelta(days=400), lease_timeout=60)
+        repo.complete(job.id, again.lease_token or "", now=T0 + timedelta(days=400, seconds=2))
+    finally:
+        tether_app.close()
+    lines = [line for line in show(db, job.id).splitlines() if line.startswith("  ")]
+    history = [line for line in lines if "#1" in line]
+    assert len(history) == 2
+    assert history[0].startswith("  #1    dead") and history[1].startswith("  after a retry: #1    completed")
+    entries = json.loads(show(db, job.id, "--json"))["history"]
+    assert [(e["attempt"], e["outcome"], e["after_retry"]) for e in entries] == [(1, "dead", False), (1, "completed", True)]
 
 
 def test_a_job_without_an_ended_attempt_says_so(db: str) -> None:

@@ -12,6 +12,7 @@ from tether.domain.history import (
     HISTORY_LIMIT,
     Attempt,
     AttemptOutcome,
+    after_retry,
     attempt_error,
     failure_outcomes,
     with_attempt,
@@ -87,3 +88,22 @@ def test_the_longest_reaper_error_fits_an_entry_uncut() -> None:
     job = running(leased_by="w" * 200, attempts=10_000, max_attempts=10_000)
     assert len(transitions.reap_error(job)) < HISTORY_ERROR_CHARS
     assert job.status is JobStatus.RUNNING
+
+
+def numbered(*entries: tuple[int, AttemptOutcome]) -> tuple[Attempt, ...]:
+    return tuple(Attempt(n, "w-1", T0, T0 + timedelta(seconds=k), outcome, None) for k, (n, outcome) in enumerate(entries))
+
+
+@pytest.mark.parametrize(("history", "marks"), [
+    ((), ()),
+    (((1, AttemptOutcome.FAILED), (2, AttemptOutcome.COMPLETED)), (False, False)),
+    (((1, AttemptOutcome.SNOOZED), (1, AttemptOutcome.RELEASED), (1, AttemptOutcome.COMPLETED)), (False, False, False)),
+    (((1, AttemptOutcome.DEAD), (1, AttemptOutcome.COMPLETED)), (False, True)),  # a dead job retried by hand
+    (((1, AttemptOutcome.CANCELLED), (1, AttemptOutcome.FAILED), (2, AttemptOutcome.DEAD), (1, AttemptOutcome.COMPLETED)),
+     (False, True, False, True)),
+    (((3, AttemptOutcome.LEASE_LOST), (1, AttemptOutcome.COMPLETED)), (False, True)),
+])
+def test_after_retry_marks_where_the_attempts_count_from_1_again(
+    history: tuple[tuple[int, AttemptOutcome], ...], marks: tuple[bool, ...]
+) -> None:
+    assert after_retry(numbered(*history)) == marks

@@ -226,8 +226,28 @@ def test_the_job_page_shows_each_attempt_as_a_timeline_escaped() -> None:
     assert "attempt 1" in items[0] and "w-first" in items[0] and "ValueError: &lt;script&gt;" in items[0]
     assert "attempt 2" in items[1] and "w-second" in items[1] and "KeyError: &#39;to&#39;" in items[1]
     assert evil not in page and "UTC" in items[0]  # started and ended, in UTC
+    assert 'class="retried"' not in timeline
     fresh = app.enqueue("mail.send", {}).job
     assert "No attempt has ended yet." in c.get(f"/jobs/{fresh.id}").text
+
+
+def test_the_job_page_marks_where_a_manual_retry_counted_the_attempts_from_1_again() -> None:
+    app = new_app()
+    job = app.enqueue("mail.send", {}, max_attempts=1).job
+    for outcome in ("dead", "completed"):
+        leased = app.repository.lease_job(job.id, worker_id="w-1", now=app.clock.now(), lease_timeout=60)
+        assert leased is not None and leased.lease_token
+        if outcome == "dead":
+            app.repository.fail(job.id, leased.lease_token, now=app.clock.now(), error="ValueError: no", retry_at=None)
+            app.retry(job.id)
+        else:
+            app.repository.complete(job.id, leased.lease_token, now=app.clock.now())
+    page = client(app).get(f"/jobs/{job.id}").text
+    timeline = page[page.index('<ol class="timeline">'):page.index("</ol>")]
+    parts = timeline.split("<li ")[1:]
+    assert [p.split(">")[0] for p in parts] == [
+        'class="attempt outcome-dead"', 'class="retried"', 'class="attempt outcome-completed"']
+    assert "retried: the attempts count from 1 again" in parts[1]
 
 
 def _declare(app: Any, name: str, **fields: Any) -> None:

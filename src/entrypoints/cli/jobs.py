@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.table import Table
-from tether.domain.history import HISTORY_LIMIT
+from tether.domain.history import HISTORY_LIMIT, after_retry
 from tether.domain.job import JobStatus
 from tether.entrypoints.cli.cancel import jobs_cancel
 from tether.entrypoints.cli.options import (
@@ -133,8 +133,8 @@ def jobs_show(
     console.print(table)
     if job.history:
         console.print(f"history: {len(job.history)} attempt(s), oldest first, times UTC (at most {HISTORY_LIMIT} kept)")
-        for attempt in job.history:
-            console.print("  " + printable(attempt_line(attempt)), markup=False)
+        for attempt, retried in zip(job.history, after_retry(job.history)):
+            console.print("  " + printable(attempt_line(attempt, retried)), markup=False)
     else:
         console.print("history: no attempt has ended yet")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 from tether.domain.explanation import Explanation
-from tether.domain.history import Attempt
+from tether.domain.history import Attempt, after_retry
 from tether.domain.job import Job
 from tether.domain.workers import WorkerEntry
 
@@ -81,14 +81,17 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "lease_expires_at": iso(job.lease_expires_at),
         "last_error": job.last_error,
         "payload": job.payload,
-        "history": [attempt_to_dict(attempt) for attempt in job.history],
+        "history": [attempt_to_dict(attempt, retried) for attempt, retried in zip(job.history, after_retry(job.history))],
     }
 
 
-def attempt_to_dict(attempt: Attempt) -> dict[str, Any]:
-    """A JSON-ready view of one ended attempt (times ISO 8601 UTC, outcome as text)."""
+def attempt_to_dict(attempt: Attempt, after_retry: bool = False) -> dict[str, Any]:
+    """A JSON-ready view of one ended attempt (times ISO 8601 UTC, outcome as text;
+    ``after_retry``: the first attempt after a manual retry, see
+    :func:`~tether.domain.history.after_retry`)."""
     return {
         "attempt": attempt.number,
+        "after_retry": after_retry,
         "worker_id": attempt.worker_id,
         "started_at": iso(attempt.started_at),
         "ended_at": iso(attempt.ended_at),
@@ -97,9 +100,10 @@ def attempt_to_dict(attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def attempt_line(attempt: Attempt) -> str:
+def attempt_line(attempt: Attempt, after_retry: bool = False) -> str:
     """One line of ``jobs show`` for ``attempt``: number, outcome, start (UTC), how long it ran,
-    worker, and the first line of its error (at most 200 characters)."""
+    worker, and the first line of its error (at most 200 characters); ``after_retry`` prefixes
+    ``after a retry:`` (the attempts count from 1 again)."""
     took = "" if attempt.started_at is None else f"{(attempt.ended_at - attempt.started_at).total_seconds():.3g} s"
     parts = [
         f"#{attempt.number:<3}", f"{attempt.outcome.value:<10}", short_time(attempt.started_at or attempt.ended_at),
@@ -108,7 +112,8 @@ def attempt_line(attempt: Attempt) -> str:
     if attempt.error:
         first = attempt.error.splitlines()[0] if attempt.error.strip() else attempt.error
         parts.append(first[:200])
-    return "  ".join(parts)
+    line = "  ".join(parts)
+    return f"after a retry: {line}" if after_retry else line
 
 
 def worker_to_dict(worker: WorkerEntry) -> dict[str, Any]:

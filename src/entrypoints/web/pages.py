@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response, StreamingResponse
-from tether.domain.history import HISTORY_LIMIT
+from tether.domain.history import HISTORY_LIMIT, after_retry
 from tether.domain.job import RETRYABLE_STATUSES, JobStatus
 from tether.domain.validation import CANCELLABLE_STATUSES
 from tether.entrypoints.web.chart import throughput_svg
@@ -75,6 +75,7 @@ async def job_detail(request: Request) -> Response:
         can_retry=job.status in RETRYABLE_STATUSES,
         can_cancel=job.status in CANCELLABLE_STATUSES and job.cancel_requested_at is None,
         done=DONE.get(request.query_params.get("done", "")), history_limit=HISTORY_LIMIT,
+        after_retry=after_retry(job.history),
     )
 
 
