@@ -154,3 +154,30 @@ def test_engines_are_per_loop_and_aclose_releases_the_running_loops(app: Tether)
     assert access._engines == {}
     with pytest.raises(Exception, match="closed"):
         asyncio.run(app.acounts())
+
+
+def test_the_async_engines_sessions_run_in_utc_and_rows_come_back_in_utc(app: Tether) -> None:
+    """As the sync engine's: every connection of a loop's engine (the SQLAlchemy path and the raw
+    driver pool's) sets its session time zone to UTC, so ``timestamptz`` values come back in
+    ``datetime.timezone.utc`` and no column is converted again."""
+    from datetime import UTC
+
+    access: Any = app.async_access
+
+    async def scenario() -> tuple[str, str, Any, Any]:
+        job = (await app.aenqueue("a", {"n": 1})).job  # the driver path
+        async with access.engine().connect() as conn:
+            zone = (await conn.exec_driver_sql("SHOW TIME ZONE")).scalar()
+            stored = (await conn.exec_driver_sql("SELECT TIMESTAMPTZ '2026-03-29 01:30:00+00'")).scalar()
+        drivers = access.loop_engine().drivers
+        leased = await drivers.acquire()
+        try:
+            await leased.cursor.execute("SHOW TIME ZONE")
+            driver_zone = (await leased.cursor.fetchone())[0]
+        finally:
+            await drivers.release(leased, reusable=True)
+        return zone, driver_zone, stored, job.created_at
+
+    zone, driver_zone, stored, created = asyncio.run(scenario())
+    assert zone == "UTC" and driver_zone == "UTC"
+    assert stored.tzinfo is UTC and stored.hour == 1 and created.tzinfo is UTC

@@ -48,6 +48,7 @@ from tether.adapters.sqlalchemy.async_access import run_on_caller
 from tether.adapters.sqlalchemy.async_driver_connections import AsyncDriverConnections
 from tether.adapters.sqlalchemy.commit_hooks import run_safely
 from tether.adapters.sqlalchemy.pg_async_driver import AsyncDriverPool, enqueue_on_driver
+from tether.adapters.sqlalchemy.pg_connections import utc_sessions
 from tether.adapters.sqlalchemy.postgres import PostgresJobRepository
 from tether.adapters.sqlalchemy.transactions import run_bound
 from tether.domain.errors import StorageUnavailable
@@ -131,6 +132,7 @@ class PgAsyncAccess(AsyncAccess):
                 pool_timeout=POOL_TIMEOUT,
                 connect_args={"connect_timeout": 10, "application_name": self._application_name},
             )
+            utc_sessions(engine.sync_engine)  # as the sync engine's: rows come back in UTC, no conversion
             autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
             drivers = AsyncDriverPool(engine.sync_engine, limit=size, timeout=POOL_TIMEOUT,
                                       label=self._repository.safe_url)

@@ -82,20 +82,27 @@ def create_postgres_engine(
         connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": application_name},
     )
     _ping_idle_connections(engine)
-    _utc_sessions(engine)
+    utc_sessions(engine)
     return engine
 
 
-def _utc_sessions(engine: Engine) -> None:
+def utc_sessions(engine: Engine) -> None:
     """Every new connection of ``engine`` sets its session time zone to UTC.  Stored instants do not
     change (``timestamptz`` is absolute); psycopg then returns ``timestamptz`` values in
     ``datetime.timezone.utc`` itself, so reading a row converts no datetime (under a server default
     such as ``Etc/UTC`` every value came back in a ``ZoneInfo`` and was converted again: about a
-    microsecond per column of every row the drain reads)."""
+    microsecond per column of every row the drain reads).
+
+    The same for an asyncio engine's ``sync_engine``: its connections are SQLAlchemy's adapters,
+    whose cursor awaits the driver inside the connect's greenlet."""
 
     @event.listens_for(engine, "connect")
     def _connected(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SET TIME ZONE 'UTC'")
+        finally:
+            cursor.close()
         dbapi_connection.commit()
 
 
@@ -173,5 +180,6 @@ __all__ = [
     "PgConnections",
     "create_postgres_engine",
     "normalize_postgres_url",
+    "utc_sessions",
     "validate_schema_name",
 ]
