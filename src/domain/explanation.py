@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 import attrs
 from tether.domain.job import Job, JobStatus
 from tether.domain.queues import QueueState, window_start_micros
+from tether.domain.schedules import tick_of
 from tether.domain.timeutil import from_micros
 from tether.domain.workers import WorkerEntry
 
@@ -313,6 +314,9 @@ def gather(facts: JobFacts) -> tuple[Fact, ...]:
         ("max_attempts", job.max_attempts),
         ("created_at", job.created_at),
     ]
+    tick = tick_of(job.idempotency_key)
+    if tick is not None:  # a periodic tick's job: which schedule, which tick
+        shown += [("schedule", tick[0]), ("tick", tick[1])]
     if job.status.is_leasable:
         shown.append(("due_at", job.scheduled_at))
         if facts.due_ahead is not None:

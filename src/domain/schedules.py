@@ -20,7 +20,7 @@ import attrs
 from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
 from tether.domain.ticks import Cadence, cadence_of
-from tether.domain.timeutil import to_micros
+from tether.domain.timeutil import from_micros, to_micros
 
 #: Idempotency keys in this namespace belong to Tether (refused in user keys).
 RESERVED_KEY_PREFIX = "tether:"
@@ -51,6 +51,21 @@ def tick_key(name: str, tick: datetime) -> str:
 def is_tick_key(key: str | None) -> bool:
     """True for the idempotency key of a periodic tick's job."""
     return key is not None and key.startswith(TICK_KEY_PREFIX)
+
+
+def tick_of(key: str | None) -> tuple[str, datetime] | None:
+    """(schedule name, tick as aware UTC) of a tick job's idempotency key (:func:`tick_key`), or
+    None for any other key (or one that does not parse)."""
+    if not is_tick_key(key):
+        return None
+    assert key is not None
+    name, _, micros = key[len(TICK_KEY_PREFIX):].rpartition(":")
+    if not name or not micros.lstrip("-").isdigit():
+        return None
+    try:
+        return name, from_micros(int(micros))
+    except (OverflowError, ValueError):
+        return None
 
 
 @attrs.frozen
@@ -164,5 +179,6 @@ __all__ = [
     "is_live",
     "is_tick_key",
     "tick_key",
+    "tick_of",
     "upcoming_tick",
 ]

@@ -217,3 +217,16 @@ def test_a_spent_rate_window_is_the_reason_a_due_job_waits() -> None:
     assert (result.fact("queue_rate_limit"), result.fact("queue_started_in_window")) == (5, 5)
     old = QueueState("default", rate_limit=5, rate_period=60.0, window_start=window, window_starts=5)
     assert explain(JobFacts(job(), NOW, (worker(),), due_ahead=0, queue_state=old)).reason == "next"
+
+
+def test_a_periodic_ticks_job_names_its_schedule_and_tick() -> None:
+    from tether.domain.schedules import tick_key, tick_of
+
+    at = datetime(2026, 1, 1, 3, 0, tzinfo=UTC)
+    tick = job(idempotency_key=tick_key("nightly:report", at))
+    facts = {f.name: f.value for f in explain(JobFacts(tick, NOW, ())).facts}
+    assert facts["schedule"] == "nightly:report" and facts["tick"] == at  # a name may hold ':'
+    plain = {f.name for f in explain(JobFacts(job(idempotency_key="order-7"), NOW, ())).facts}
+    assert "schedule" not in plain and "tick" not in plain
+    assert tick_of("order-7") is None and tick_of(None) is None
+    assert tick_of(tick_key("x", at)[:-3] + "abc") is None  # a damaged key names nothing
