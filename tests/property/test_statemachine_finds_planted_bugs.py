@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import attrs
 import pytest
@@ -111,6 +112,15 @@ class KeyLimitBlindRepository(InMemoryJobRepository):
         return None
 
 
+class RefillIgnoresJobTypesRepository(InMemoryJobRepository):
+    """Planted bug: the completion flush's lease (``complete_and_lease``) drops its job-type
+    filter, so an all-``async def`` pool would be handed jobs it has no handler for."""
+
+    def complete_and_lease(self, items: Any, **options: Any) -> Any:
+        options.pop("job_types", None)
+        return super().complete_and_lease(items, **options)
+
+
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
@@ -122,9 +132,11 @@ class KeyLimitBlindRepository(InMemoryJobRepository):
         (ReaperForgetsHistoryRepository, ("'history'",)),
         (RunningLimitBlindRepository, ("the model's lease order says", "should raise", "the model says False")),
         (KeyLimitBlindRepository, ("the model's lease order says", "the model says False")),
+        (RefillIgnoresJobTypesRepository, ("complete_and_lease leased",)),
     ],
     ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled",
-         "reaper-forgets-history", "lease-ignores-running-limit", "lease-ignores-per-key-limit"],
+         "reaper-forgets-history", "lease-ignores-running-limit", "lease-ignores-per-key-limit",
+         "refill-ignores-job-types"],
 )
 def test_state_machine_finds_the_planted_bug(
     repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]

@@ -2,8 +2,9 @@
 against the pure model of :mod:`tether.testing.model`.
 
 Steps: enqueue (one at a time, in batches, in transactions that roll back), leases (by queue
-filter, by job type and by id), the holder's writes (complete, fail, permanent failure, dead letter, heartbeat,
-release, snooze), running limits set and cleared with a lease, writes with stale or foreign tokens, a lease taken over (case C01 as one step),
+filter, by job type and by id), the holder's writes (complete, for every other job as a worker's
+flush writes it, ``complete_and_lease`` with the next lease of that worker's job types; fail,
+permanent failure, dead letter, heartbeat, release, snooze), running limits set and cleared with a lease, writes with stale or foreign tokens, a lease taken over (case C01 as one step),
 an operator's cancel (one job, or a batch by queue), the reaper, manual retry of dead and
 cancelled jobs, purge, clock steps, and on a repository that is a schedule store too, schedule
 declarations and periodic ticks (the mark's compare-and-set, overlap on and off).  Invariants
@@ -288,9 +289,36 @@ class RepositoryStateMachine(ScheduleRules, QueueControlSteps, MachineBase):
     def holder_write(self, data: st.DataObject, action: str, retry_delay: float) -> None:
         job = data.draw(st.sampled_from(sorted(self.model.running(), key=lambda j: j.ordinal)), label="job")
         assert job.token is not None
+        if action == "complete" and job.ordinal % 2 == 1:  # no draw of its own: the histories' reach stays
+            self._complete_and_lease(job.ordinal, job.token, job.worker)
+            return
         repo_call, model_call = self._write(action, job.ordinal, job.token, retry_delay)
         result = repo_call()
         self._check(result, model_call())
+
+    def _complete_and_lease(self, ordinal: int, token: str, worker: str | None) -> None:
+        """The holder's completion as a worker pool's flush writes it: ``complete_and_lease`` of the
+        job and a lease of one more for the same worker, of that worker's job types (the model:
+        the completion, then its lease order)."""
+        assert worker is not None
+        now = self.clock.now()
+        job_types = self.worker_job_types.get(worker)
+        done = self.model.complete(ordinal, token, now=now)
+        expected = self.model.next_leases(
+            now=now, queues=None, limit=1, limited_last=self.limited_queues_last, job_types=job_types,
+        )
+        results, got = self.repository.complete_and_lease(
+            [(self.ids[ordinal], token)], now=now, queues=None, worker_id=worker, lease_timeout=LEASE_TIMEOUT,
+            limit=1, **({} if job_types is None else {"job_types": list(job_types)}),  # type: ignore[arg-type]
+        )
+        [result] = results
+        assert isinstance(result, Job), f"complete_and_lease of #{ordinal} answered {result!r}"
+        self._check(result, done)
+        leased = [self._ordinal(j) for j in got]
+        assert leased == expected, (
+            f"complete_and_lease leased {[describe(j) for j in got]}, the model's lease order says ordinals {expected}")
+        for leased_job in got:
+            self._leased(leased_job, worker, now)
 
     def _snapshot(self, ordinal: int) -> Job | None:
         try:
