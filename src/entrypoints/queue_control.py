@@ -75,7 +75,7 @@ class QueueControl:
         return state
 
     def limit_queue(
-        self, name: str, *, max_running: int | None | _Unset = UNSET, max_running_per_key: int | None | _Unset = UNSET
+        self, name: str, max_running: int | None | _Unset = UNSET, *, max_running_per_key: int | None | _Unset = UNSET
     ) -> QueueState:
         """At most ``max_running`` (1 to 1,000,000) jobs of queue ``name`` running at once across
         every worker, and at most ``max_running_per_key`` (1 to 1,000,000) of its jobs with the
@@ -106,7 +106,7 @@ class QueueControl:
         self._announce(queue)
         return state
 
-    def rate_limit_queue(self, name: str, *, starts: int | None, per: float | None = None) -> QueueState:
+    def rate_limit_queue(self, name: str, starts: int | None, per: float | None = None) -> QueueState:
         """At most ``starts`` (1 to 1,000,000) jobs of queue ``name`` start per window of ``per``
         seconds (0.001 s to 366 days), across every worker; ``starts=None`` clears the rate
         limit.  Windows are fixed: multiples of ``per`` seconds since the Unix epoch (UTC), so

@@ -173,13 +173,16 @@ BAD_INPUT = [
      f"--from-version: {NEXT_VERSION} is not a schema version of this Tether"),
     (["db", "upgrade", "--sql", "--from-version", "one"], "--from-version: must be an integer, got 'one'"),
     (["frobnicate"], "No such command 'frobnicate'"),
+    (["jobs", "show", "1", "2", "3"], "2 3: unexpected arguments of tether jobs show"),
+    (["queues", "limit", "api", "0"], "0: unexpected argument of tether queues limit (values go with its options: "
+                                      "--max-running, --max-running-per-key, --rate, --per)"),
 ]
 
 
 @pytest.mark.parametrize(("args", "expected"), BAD_INPUT, ids=[" ".join(a)[:40] for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], expected: str) -> None:
     path = tmp_path / "jobs.db"
-    takes_db = args[0] in ("enqueue", "jobs", "purge", "retry", "db")
+    takes_db = args[0] in ("enqueue", "jobs", "purge", "retry", "db", "queues")
     result = cli(*args, *(["--database-url", f"sqlite:///{path}"] if takes_db else []))
     assert result.exit_code == 2, result.output
     assert one_error_line(result).startswith(expected)

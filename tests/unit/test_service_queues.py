@@ -113,3 +113,14 @@ def test_bad_input_names_the_field_and_writes_nothing(call, field: str) -> None:
     assert caught.value.field == field
     assert app.repository.queue_states() == []
     assert isinstance(app.clock, FakeClock)
+
+
+def test_a_running_limit_and_a_rate_may_be_given_by_position() -> None:
+    app = fake_app()
+    assert app.limit_queue("api", 3).max_running == 3
+    state = app.rate_limit_queue("api", 10, 60)
+    assert (state.rate_limit, state.rate_period, state.max_running) == (10, 60.0, 3)
+    with pytest.raises(ValidationError) as caught:
+        app.limit_queue("api", 0)
+    assert caught.value.field == "max_running" and "from 1 to 1,000,000, got 0" in str(caught.value)
+    assert [q.max_running for q in app.queues() if q.name == "api"] == [3]  # nothing written

@@ -156,7 +156,30 @@ def describe_usage_error(error: Exception) -> str:
     if kind == "NoSuchOption":
         guesses = sorted(getattr(error, "possibilities", None) or ())
         return f"{error.option_name}: no such option" + (f" (did you mean {' or '.join(guesses)}?)" if guesses else "")  # type: ignore[attr-defined]
-    return str(error.format_message())  # type: ignore[attr-defined]
+    message = str(error.format_message())  # type: ignore[attr-defined]
+    ctx = getattr(error, "ctx", None)
+    if message.startswith("Got unexpected extra argument") and ctx is not None:
+        return _extra_arguments(message, ctx)
+    return message
+
+
+#: Options every store-reading command takes: left out of the hint about a command's own options.
+STORE_FLAGS = frozenset({"--database-url", "--schema", "--redis-url", "--redis-prefix", "--redis-cluster"})
+
+
+def _extra_arguments(message: str, ctx: Any) -> str:
+    """``0: unexpected argument of tether queues limit (values go with its options: --max-running,
+    ...)``: Typer's "Got unexpected extra argument(s) (0)" said where and what instead."""
+    found = re.search(r"\(([^()]*)\)\s*$", message)
+    extra = found.group(1) if found else message
+    options = [
+        opt for param in ctx.command.params
+        if getattr(param, "param_type_name", "") == "option" and not getattr(param, "is_flag", False)
+        for opt in param.opts if opt.startswith("--") and opt not in STORE_FLAGS and opt != "--help"
+    ]
+    plural = "s" if " " in extra.strip() else ""
+    hint = f" (values go with its options: {', '.join(options)})" if options else ""
+    return f"{extra}: unexpected argument{plural} of {ctx.command_path}{hint}"
 
 
 def _field_head(field: str) -> str:
