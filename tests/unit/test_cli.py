@@ -174,8 +174,8 @@ BAD_INPUT = [
     (["db", "upgrade", "--sql", "--from-version", "one"], "--from-version: must be an integer, got 'one'"),
     (["frobnicate"], "No such command 'frobnicate'"),
     (["jobs", "show", "1", "2", "3"], "2 3: unexpected arguments of tether jobs show"),
-    (["queues", "limit", "api", "0"], "0: unexpected argument of tether queues limit (values go with its options: "
-                                      "--max-running, --max-running-per-key, --rate, --per)"),
+    (["queues", "limit", "api", "0"], ("0: unexpected argument of tether queues limit (values go with its options: "
+                                       "--max-running, --max-running-per-key, --rate, --per)")),
 ]
 
 
