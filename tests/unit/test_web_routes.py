@@ -180,12 +180,15 @@ def test_an_unknown_job_is_a_404() -> None:
     assert client(new_app()).get("/jobs/12345").status_code == 404
 
 
-def test_static_serves_the_stylesheet_and_the_script_only() -> None:
+def test_static_serves_the_stylesheet_the_script_and_the_icon_only() -> None:
     c = client(new_app())
     script = c.get("/static/live.js")
     assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
     assert "EventSource" in script.text
     assert c.get("/static/dashboard.css").headers["content-type"].startswith("text/css")
+    icon = c.get("/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml") and "<svg" in icon.text
+    assert '<link rel="icon" href="/static/favicon.svg"' in c.get("/").text  # so browsers ask no /favicon.ico
     for other in ("/static/__init__.py", "/static/../app.py", "/static/%2e%2e%2fapp.py", "/static/x.js"):
         assert c.get(other).status_code == 404, other
 

@@ -64,7 +64,7 @@ async def retry(request: Request) -> Response:
         return f"/jobs/{job_id}?done=retry"
 
     return await _confirmed(request, checked, f"Retry job {job_id}?", {}, perform,
-                            details="It is queued again now, with its attempts reset to 0.")
+                            details="Once confirmed, it is queued again at once, with its attempts reset to 0.")
 
 
 async def cancel(request: Request) -> Response:
@@ -103,7 +103,7 @@ async def bulk_retry(request: Request) -> Response:
         return "/jobs?status=dead&done=bulk-retry"
 
     return await _confirmed(request, checked, f"Retry {len(ids)} selected job(s)?", {"job_id": ids}, perform,
-                            details="Each is queued again now with its attempts reset to 0.")
+                            details="Once confirmed, each is queued again at once, with its attempts reset to 0.")
 
 
 async def pause_queue(request: Request) -> Response:

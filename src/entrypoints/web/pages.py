@@ -114,7 +114,9 @@ async def purge_form(request: Request) -> Response:
 
 
 #: The files under /static: the stylesheet and the one script (nothing else in the folder is served).
-ASSETS = {"dashboard.css": "text/css; charset=utf-8", "live.js": "text/javascript; charset=utf-8"}
+ASSETS = {
+    "dashboard.css": "text/css; charset=utf-8", "live.js": "text/javascript; charset=utf-8", "favicon.svg": "image/svg+xml",
+}
 
 
 async def asset(request: Request) -> Response:
