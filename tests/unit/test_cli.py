@@ -710,6 +710,33 @@ def test_worker_passes_prefetch_and_concurrency_to_the_pool(monkeypatch: pytest.
     assert [o["async_concurrency"] for o in seen] == [250, 100, 100]
 
 
+def test_the_worker_start_line_counts_async_slots_when_the_app_has_async_handlers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db: str) -> None:
+    (tmp_path / "async_app_for_cli_test.py").write_text(
+        "import os\nimport tether\napp = tether.connect(os.environ['TETHER_DATABASE_URL'])\n"
+        "@app.handler('fetch')\nasync def fetch(payload):\n    pass\n"
+    )
+    (tmp_path / "plain_app_for_cli_test.py").write_text(
+        "import os\nimport tether\napp = tether.connect(os.environ['TETHER_DATABASE_URL'])\n"
+        "@app.handler('mail')\ndef mail(payload):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("TETHER_DATABASE_URL", db)
+    outputs = []
+    try:
+        for app_spec, options in (("async_app_for_cli_test:app", ["--async-concurrency", "40"]), ("plain_app_for_cli_test:app", [])):
+            result = cli("worker", "--app", app_spec, "-c", "2", *options, "--until-idle", "--log-level", "INFO")
+            assert result.exit_code == 0, result.output
+            outputs.append(result.output)
+    finally:
+        sys.modules.pop("async_app_for_cli_test", None)
+        sys.modules.pop("plain_app_for_cli_test", None)
+    lines = [next(line for line in out.splitlines() if "chosen by the app" in line) for out in outputs]
+    assert ": 2 thread(s) and 40 async slot(s), queues" in lines[0]
+    assert ": 2 thread(s), queues" in lines[1]
+
+
 @pytest.mark.parametrize("interrupted, code", [(True, 130), (False, 1)])
 def test_a_demo_that_did_not_end_as_designed_exits_130_when_interrupted_else_1(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, interrupted: bool, code: int

@@ -261,9 +261,10 @@ def worker(
         if settings.metrics_port is not None:
             _serve_metrics(ctx, settings.metrics_port)
         logging.getLogger("tether.cli").info(
-            "worker %s: %d thread(s), queues %s; store %r, dispatch %r (both chosen by the app %s)",
+            "worker %s: %d thread(s)%s, queues %s; store %r, dispatch %r (both chosen by the app %s)",
             pool.worker_id,
             settings.concurrency,
+            f" and {pool.async_concurrency} async slot(s)" if pool.runs_async else "",
             ", ".join(settings.queues or ["(all)"]),
             tether_app.repository,
             tether_app.dispatcher,

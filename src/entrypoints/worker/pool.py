@@ -244,6 +244,12 @@ class WorkerPool:
         return self._counts.snapshot(reaped=self._maintenance.reaped)
 
     @property
+    def runs_async(self) -> bool:
+        """True when the pool runs ``async def`` handlers on its event loop (up to
+        ``async_concurrency`` at once) beside its ``concurrency`` threads."""
+        return self._async_runner is not None
+
+    @property
     def in_flight(self) -> int:
         """Jobs leased by this pool and not finished yet."""
         with self._held.lock:
