@@ -5,7 +5,7 @@ indexes, never a scan of the finished history, however long it is."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ from sqlalchemy import event, text
 from tether.adapters.clock import FakeClock
 from tether.adapters.sqlalchemy import PostgresJobRepository
 from tether.adapters.sqlalchemy.transactions import run_bound
+from tether.domain.overview import QueueSummary
 
 from tests.postgres_fixtures import schema_name, temporary_repository
 
@@ -25,6 +26,25 @@ SCHEMA = schema_name("summaryplan")
 def repo() -> Iterator[PostgresJobRepository]:
     with temporary_repository(SCHEMA) as repository:
         yield repository
+
+
+def summaries_and_plan(repo: PostgresJobRepository, now: datetime) -> tuple[list[QueueSummary], str]:
+    """``repo.queue_summaries(now=now)`` and the ``EXPLAIN`` of the very statement it sent."""
+    captured: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if "GROUP BY" in statement:
+            captured.append((statement, parameters))
+
+    event.listen(repo.engine, "before_cursor_execute", grab)
+    try:
+        summaries = repo.queue_summaries(now=now)
+    finally:
+        event.remove(repo.engine, "before_cursor_execute", grab)
+    [(statement, parameters)] = captured
+    with repo.engine.connect() as conn:
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + statement, parameters))
+    return summaries, plan
 
 
 def test_queue_summaries_read_the_live_rows_only(repo: PostgresJobRepository) -> None:
@@ -50,22 +70,9 @@ def test_queue_summaries_read_the_live_rows_only(repo: PostgresJobRepository) ->
             {"t": now},
         )
         conn.exec_driver_sql(f'ANALYZE "{SCHEMA}".tether_jobs')
-    captured: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if "GROUP BY" in statement:
-            captured.append((statement, parameters))
-
-    event.listen(repo.engine, "before_cursor_execute", grab)
-    try:
-        summaries = repo.queue_summaries(now=now)
-    finally:
-        event.remove(repo.engine, "before_cursor_execute", grab)
+    summaries, plan = summaries_and_plan(repo, now)
     assert [(s.queue, s.queued, s.due) for s in summaries] == [("a", 1500, 1500), ("b", 1500, 1500)]
     assert summaries[0].latency(now) == 3000.0 and summaries[1].latency(now) == 2999.0
-    [(statement, parameters)] = captured
-    with repo.engine.connect() as conn:
-        plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + statement, parameters))
     assert "Seq Scan" not in plan, plan
 
 
@@ -115,23 +122,10 @@ def test_queue_summaries_are_an_index_only_scan_of_both_live_indexes(repo: Postg
         )
     with repo.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f'VACUUM ANALYZE "{SCHEMA}".tether_jobs')
-    captured: list[tuple[str, Any]] = []
-
-    def grab(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if "GROUP BY" in statement:
-            captured.append((statement, parameters))
-
-    event.listen(repo.engine, "before_cursor_execute", grab)
-    try:
-        summaries = repo.queue_summaries(now=now)
-    finally:
-        event.remove(repo.engine, "before_cursor_execute", grab)
+    summaries, plan = summaries_and_plan(repo, now)
     # g % 50 = 0 and 2 are even (queue a), g % 50 = 1 is odd (queue b): 2,000 of each status
     assert [(s.queue, s.queued, s.retrying, s.running, s.due) for s in summaries] == [
         ("a", 2000, 0, 2000, 2000), ("b", 0, 2000, 0, 2000)]
-    [(statement, parameters)] = captured
-    with repo.engine.connect() as conn:
-        plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + statement, parameters))
     assert "Index Only Scan using ix_tether_jobs_leasable_queue" in plan, plan
     assert "Index Only Scan using ix_tether_jobs_running_expiry" in plan, plan
     assert "Heap Scan" not in plan and "Seq Scan" not in plan, plan
