@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import attrs
 import pytest
@@ -112,15 +111,6 @@ class KeyLimitBlindRepository(InMemoryJobRepository):
         return None
 
 
-class RefillIgnoresJobTypesRepository(InMemoryJobRepository):
-    """Planted bug: the completion flush's lease (``complete_and_lease``) drops its job-type
-    filter, so an all-``async def`` pool would be handed jobs it has no handler for."""
-
-    def complete_and_lease(self, items: Any, **options: Any) -> Any:
-        options.pop("job_types", None)
-        return super().complete_and_lease(items, **options)
-
-
 @pytest.mark.parametrize(
     ("repository_class", "symptom"),
     [
@@ -132,11 +122,9 @@ class RefillIgnoresJobTypesRepository(InMemoryJobRepository):
         (ReaperForgetsHistoryRepository, ("'history'",)),
         (RunningLimitBlindRepository, ("the model's lease order says", "should raise", "the model says False")),
         (KeyLimitBlindRepository, ("the model's lease order says", "the model says False")),
-        (RefillIgnoresJobTypesRepository, ("complete_and_lease leased",)),
     ],
     ids=["complete-ignores-token", "fail-fenced-on-job-history", "early-reaper", "reaper-resurrects-cancelled",
-         "reaper-forgets-history", "lease-ignores-running-limit", "lease-ignores-per-key-limit",
-         "refill-ignores-job-types"],
+         "reaper-forgets-history", "lease-ignores-running-limit", "lease-ignores-per-key-limit"],
 )
 def test_state_machine_finds_the_planted_bug(
     repository_class: type[InMemoryJobRepository], symptom: tuple[str, ...]
