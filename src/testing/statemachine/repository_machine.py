@@ -46,11 +46,12 @@ from tether.testing.statemachine.base import (
     running_limits,
     steps,
 )
+from tether.testing.statemachine.flush_steps import FlushSteps
 from tether.testing.statemachine.queue_control_steps import QueueControlSteps
 from tether.testing.statemachine.schedule_rules import ScheduleRules
 
 
-class RepositoryStateMachine(ScheduleRules, QueueControlSteps, MachineBase):
+class RepositoryStateMachine(ScheduleRules, QueueControlSteps, FlushSteps, MachineBase):
     """One repository against the pure model.  Override :meth:`make_repository` for your adapter."""
 
     #: The job types each worker's leases ask for (a worker not named asks for every type).
@@ -295,30 +296,6 @@ class RepositoryStateMachine(ScheduleRules, QueueControlSteps, MachineBase):
         repo_call, model_call = self._write(action, job.ordinal, job.token, retry_delay)
         result = repo_call()
         self._check(result, model_call())
-
-    def _complete_and_lease(self, ordinal: int, token: str, worker: str | None) -> None:
-        """The holder's completion as a worker pool's flush writes it: ``complete_and_lease`` of the
-        job and a lease of one more for the same worker, of that worker's job types (the model:
-        the completion, then its lease order)."""
-        assert worker is not None
-        now = self.clock.now()
-        job_types = self.worker_job_types.get(worker)
-        done = self.model.complete(ordinal, token, now=now)
-        expected = self.model.next_leases(
-            now=now, queues=None, limit=1, limited_last=self.limited_queues_last, job_types=job_types,
-        )
-        results, got = self.repository.complete_and_lease(
-            [(self.ids[ordinal], token)], now=now, queues=None, worker_id=worker, lease_timeout=LEASE_TIMEOUT,
-            limit=1, **({} if job_types is None else {"job_types": list(job_types)}),  # type: ignore[arg-type]
-        )
-        [result] = results
-        assert isinstance(result, Job), f"complete_and_lease of #{ordinal} answered {result!r}"
-        self._check(result, done)
-        leased = [self._ordinal(j) for j in got]
-        assert leased == expected, (
-            f"complete_and_lease leased {[describe(j) for j in got]}, the model's lease order says ordinals {expected}")
-        for leased_job in got:
-            self._leased(leased_job, worker, now)
 
     def _snapshot(self, ordinal: int) -> Job | None:
         try:
