@@ -230,12 +230,13 @@ class JobRepository(Protocol):
         results = self.complete_many(items, now=now) if items else []
         if limit < 1:
             return results, []
-        listed: dict[str, Any] = {"listed_order": True} if listed_order else {}  # an adapter of an older port may lack it
+        # only the options given: an adapter of an older port may lack them
+        options: dict[str, Any] = {"listed_order": True} if listed_order else {}
         if types is not None:
-            listed["job_types"] = types
+            options["job_types"] = types
         try:
             jobs = self.lease(
-                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, **listed,
+                queues=queues, worker_id=worker_id, now=now, lease_timeout=lease_timeout, limit=limit, **options,
             )
         except StorageUnavailable:
             if not items:

@@ -78,8 +78,9 @@ class Refill:
             (read without locks; only steers when to flush).
         next_queues: the queues of the next lease, listed in the order to prefer them (a pool
             serving several named queues rotates them); None: ``queues`` in one lease order.
-        job_types: called after each ``reserve`` that reserved jobs: the job types to lease (a
-            pool leasing for one kind of handler), or None: every type; None: every type.
+        job_types: called after each ``reserve`` that reserved jobs, for the job types to lease
+            (a pool leasing for its one kind of handler; None from it: every type); None (the
+            field): every type.
     """
 
     queues: Sequence[str] | None
