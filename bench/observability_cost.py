@@ -6,11 +6,14 @@
     .venv/bin/python bench/observability_cost.py --modes tracing --sample 0.1   # 1 trace in 10 recorded
     .venv/bin/python bench/observability_cost.py --modes metrics tracing tracing:0.1   # each its own sample
     .venv/bin/python bench/observability_cost.py --modes tracing:0.1 --chunk 1   # jobs enqueued one by one
+    .venv/bin/python bench/observability_cost.py --modes tracing span   # Tether's tracing against the SDK's floor
+    .venv/bin/python bench/observability_cost.py --modes tracing --handler-cpu 0.0005   # jobs of 0.5 ms of CPU
 
 Each round runs ``bench/pg_drain.py --json`` once plain and once per mode with ``--observe MODE``
 (``metrics``: Prometheus metrics in every worker; ``tracing``: OpenTelemetry spans at enqueue and
-around every handler, made by the SDK and dropped by its exporter; ``both``); the order rotates
-every round.  ``MODE:R`` records a share ``R`` of the traces (a ratio sampler) in that mode alone.
+around every handler, made by the SDK and dropped by its exporter; ``both``; ``span``: no Tether
+tracing, the handler itself opening one span of the same SDK per job, the floor any per-job span
+pays); the order rotates every round.  ``MODE:R`` records a share ``R`` of the traces (a ratio sampler) in that mode alone.
 The machine is shared and noisy: quote the median of the per-round ratios (mode / off), and the
 workers' CPU per job from their pools' start to their exit (imports and set-up excluded; steadier
 than the rate, which the other load on the machine moves).  Nothing is asserted.
@@ -34,7 +37,7 @@ def drain_rate(mode: str, args: argparse.Namespace) -> tuple[float, float]:
     the rate on a busy machine)."""
     command = [sys.executable, os.path.join(HERE, "pg_drain.py"), "--json", "--jobs", str(args.jobs),
                "--workers", str(args.workers), "--concurrency", str(args.concurrency), "--single-jobs", "0",
-               "--chunk", str(args.chunk)]
+               "--chunk", str(args.chunk), "--handler-cpu", str(args.handler_cpu)]
     if mode != "off":
         what, _, sample = mode.partition(":")
         command += ["--observe", what, "--sample", sample or str(args.sample)]
@@ -44,10 +47,10 @@ def drain_rate(mode: str, args: argparse.Namespace) -> tuple[float, float]:
 
 
 def mode_name(text: str) -> str:
-    """``both``, ``metrics``, ``tracing``, each optionally ``:R`` (a sample ratio in (0, 1])."""
+    """``both``, ``metrics``, ``tracing``, ``span``, each optionally ``:R`` (a sample ratio in (0, 1])."""
     what, _, sample = text.partition(":")
-    if what not in ("both", "metrics", "tracing") or (sample and not 0 < float(sample) <= 1):
-        raise argparse.ArgumentTypeError(f"{text!r}: give both, metrics or tracing, optionally :R with 0 < R <= 1")
+    if what not in ("both", "metrics", "tracing", "span") or (sample and not 0 < float(sample) <= 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: give both, metrics, tracing or span, optionally :R with 0 < R <= 1")
     return text
 
 
@@ -58,9 +61,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="threads per worker process (default 16)")
     parser.add_argument("--modes", nargs="+", default=["both"], type=mode_name,
-                        help="both, metrics, tracing, each optionally :R (its own sample ratio)")
+                        help="both, metrics, tracing, span, each optionally :R (its own sample ratio)")
     parser.add_argument("--chunk", type=int, default=1_000,
                         help="jobs per enqueue_many (default 1,000; 1: each job its own send span and trace context)")
+    parser.add_argument("--handler-cpu", type=float, default=0.0,
+                        help="seconds of CPU each handler computes (default 0: no-op jobs)")
     parser.add_argument("--sample", type=float, default=1.0, help="share of traces recorded (default 1: every job)")
     parser.add_argument("--limit", type=float, default=240.0, help="give up one run after this many seconds")
     args = parser.parse_args(argv)

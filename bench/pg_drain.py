@@ -8,6 +8,8 @@
     .venv/bin/python bench/pg_drain.py --redis-url redis://127.0.0.1:6379/0   # dispatch by Redis Streams
     .venv/bin/python bench/pg_drain.py --observe                    # with metrics and tracing on
     .venv/bin/python bench/pg_drain.py --observe metrics            # metrics alone (or: tracing)
+    .venv/bin/python bench/pg_drain.py --observe span               # one SDK span per job in the handler
+    .venv/bin/python bench/pg_drain.py --handler-cpu 0.0005         # each handler computes 0.5 ms
     .venv/bin/python bench/pg_drain.py --async-handlers --async-concurrency 100   # async def no-op handlers
     .venv/bin/python bench/pg_drain.py --async-handlers --sleep 0.05 --async-concurrency 500 --workers 1 --jobs 10000
     .venv/bin/python bench/pg_drain.py --max-running 50             # the queue limited to 50 running jobs
@@ -27,6 +29,11 @@ Steps, timed the way the peer benchmarks time them (see /work/shared/peerbench/R
 ``--observe tracing`` one of them): the producer traces its enqueues (each job then carries a
 trace context), every worker exports Prometheus metrics and traces each job to an OpenTelemetry
 SDK whose exporter drops the spans.
+``--observe span`` is the floor of tracing, not Tether's: no Tether tracing at all, but every
+handler opens and ends one span of the same SDK set-up itself (named and attributed as a
+``process`` span, current while it runs), as a handler-side instrumentation would.
+``--handler-cpu S`` makes every handler compute for ``S`` seconds of its thread's CPU after its
+mark (a job with work to do, rather than a no-op).
 
 With ``--async-handlers`` the handler is ``async def`` (run on each pool's event loop, up to
 ``--async-concurrency`` at once); ``--sleep S`` makes it ``await asyncio.sleep(S)`` after its mark.
@@ -92,14 +99,37 @@ def observe(app: Any, what: str = "both", sample: float = 1.0) -> list[Any]:
     if what != "metrics":
         provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
         provider.add_span_processor(BatchSpanProcessor(Dropping()))
+        if what == "span":  # the floor: the handler makes its span itself (see handler_span)
+            return [provider.get_tracer("bench")]
         instrument(app, tracer_provider=provider)
     return [] if what == "tracing" else [WorkerMetrics(CollectorRegistry())]
+
+
+def handler_span(tracer: Any) -> Any:
+    """A context manager opening one ``process`` span of ``tracer`` per call, with the sampling
+    attributes Tether's own process span opens with, current while the body runs."""
+    from opentelemetry.trace import SpanKind
+
+    attributes = {"messaging.system": "tether", "messaging.destination.name": "default",
+                  "messaging.operation.type": "process", "messaging.operation.name": "process"}
+    return lambda: tracer.start_as_current_span("process default", kind=SpanKind.CONSUMER, attributes=attributes)
+
+
+def compute(seconds: float) -> None:
+    """Spin until this thread has used ``seconds`` more CPU (a handler with work to do)."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
 
 
 def worker_main(args: argparse.Namespace) -> None:
     """One worker process: run a pool until SIGTERM."""
     app = _connect(args.database_url, args.schema, args.redis_url, args.redis_prefix)
     observers = observe(app, args.observe, args.sample) if args.observe else None
+    span = None
+    if args.observe == "span" and observers:
+        span, observers = handler_span(observers[0]), None
+    work = args.handler_cpu
     fd = os.open(os.path.join(args.marks, f"m.{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     if args.async_handlers:
@@ -112,10 +142,19 @@ def worker_main(args: argparse.Namespace) -> None:
             os.write(fd, (MARK % (payload["i"], time.time())).encode())
             if sleep:
                 await asyncio.sleep(sleep)
+    elif span is not None:
+        @app.handler("bench.noop")
+        def noop_in_span(payload: dict[str, Any]) -> None:
+            with span():
+                os.write(fd, (MARK % (payload["i"], time.time())).encode())
+                if work:
+                    compute(work)
     else:
         @app.handler("bench.noop")
         def noop(payload: dict[str, Any]) -> None:
             os.write(fd, (MARK % (payload["i"], time.time())).encode())
+            if work:
+                compute(work)
 
     options: dict[str, Any] = {"async_concurrency": args.async_concurrency} if args.async_handlers else {}
     pool = app.worker(concurrency=args.concurrency, max_wait=0.5, reap_interval=60.0, drain_timeout=5.0,
@@ -191,13 +230,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     schema = f"tether_bench_{uuid.uuid4().hex[:8]}" if postgres else None
     prefix = f"tether-bench-{uuid.uuid4().hex[:8]}"
     app = _connect(args.database_url, schema, args.redis_url, prefix)
-    if args.observe:
+    if args.observe in ("both", "tracing"):  # the producer traces its enqueues (not for metrics or span)
         observe(app, args.observe, args.sample)
     result: dict[str, Any] = {
         "peer": "tether", "backend": "postgres" if postgres else "sqlite", "workload": "w1",
         "dispatcher": "redis" if args.redis_url else "polling",
         "jobs": args.jobs, "workers": args.workers, "concurrency": args.concurrency, "prefetch": args.prefetch,
-        "observe": args.observe,
+        "observe": args.observe, "handler_cpu_s": args.handler_cpu,
         "handlers": "async" if args.async_handlers else "sync", "async_concurrency": args.async_concurrency,
         "sleep": args.sleep,
         "python": platform.python_version(), "load1": os.getloadavg()[0],
@@ -229,6 +268,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 command += ["--prefetch", str(args.prefetch)]
             if args.observe:
                 command += ["--observe", args.observe, "--sample", str(args.sample)]
+            if args.handler_cpu:
+                command += ["--handler-cpu", str(args.handler_cpu)]
             if args.async_handlers:
                 command += ["--async-handlers", "--async-concurrency", str(args.async_concurrency), "--sleep", str(args.sleep)]
             if args.redis_url:
@@ -324,8 +365,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     parser.add_argument("--verbose", action="store_true", help="workers print their stats and completion batch sizes")
     parser.add_argument("--redis-url", help="dispatch through Redis Streams at this URL (producer and workers); default: polling")
-    parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics", "tracing"),
-                        help="metrics and tracing on (producer and workers), or only one of them")
+    parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics", "tracing", "span"),
+                        help="metrics and tracing on (producer and workers), or only one of them; span: no "
+                             "Tether tracing, one SDK span per job opened by the handler (the floor)")
+    parser.add_argument("--handler-cpu", type=float, default=0.0,
+                        help="seconds of CPU each sync handler computes after its mark (default 0: a no-op)")
     parser.add_argument("--sample", type=float, default=1.0, help="with --observe: share of traces recorded (default 1)")
     parser.add_argument("--async-handlers", action="store_true", help="async def handlers (on the pools' event loops)")
     parser.add_argument("--async-concurrency", type=int, default=100, help="async handlers at once per process (default 100)")
