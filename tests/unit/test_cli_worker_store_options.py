@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import typer
 from tether.entrypoints.cli import app
+from tether.entrypoints.cli.values import STORE_FLAGS
 from tether.entrypoints.cli.worker import NOT_WORKER_OPTIONS
 from typer.testing import CliRunner
 
@@ -75,7 +76,8 @@ def test_any_other_unknown_option_is_still_no_such_option() -> None:
 
 def test_the_refused_options_are_the_store_options_the_other_commands_take() -> None:
     """Each is an option of some other command and not of the worker; every store option of
-    ``tether enqueue`` (the commands' full set) is among them."""
+    ``tether enqueue`` (the commands' full set) is among them, and they are the store flags an
+    extra-argument message leaves out of its hint."""
     root = typer.main.get_command(app)
     commands = root.commands  # type: ignore[attr-defined]
 
@@ -86,4 +88,4 @@ def test_the_refused_options_are_the_store_options_the_other_commands_take() -> 
     others = set().union(*(flags(c) for name, c in commands.items() if name != "worker"))
     assert set(NOT_WORKER_OPTIONS) <= others - worker_flags
     store_flags = {f for f in flags(commands["enqueue"]) if f in ("--schema",) or f.startswith(("--database", "--redis"))}
-    assert store_flags == set(NOT_WORKER_OPTIONS)
+    assert store_flags == set(NOT_WORKER_OPTIONS) == STORE_FLAGS
