@@ -95,10 +95,14 @@ def jobs_list(
             job.status.value,
             f"{job.attempts}/{job.max_attempts}",
             job.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
-            printable(job.last_error or ""),
+            "" if job.status is JobStatus.COMPLETED else printable(job.last_error or ""),  # an earlier attempt's
         )
     stdout().print(table)
     stdout().print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
+
+
+#: Under a completed job's last error in ``jobs show``: whose error it is.
+EARLIER_ERROR = "(an earlier attempt's: the job completed after it)"
 
 
 @jobs_app.command("show", cls=FlagNamingCommand)
@@ -127,6 +131,8 @@ def jobs_show(
     for key, value in data.items():
         if key not in ("payload", "history"):
             table.add_row(key, "" if value is None else printable(str(value)))
+            if key == "last_error" and value is not None and job.status is JobStatus.COMPLETED:
+                table.add_row("", EARLIER_ERROR)
     payload_lines = json.dumps(data["payload"], indent=2, ensure_ascii=False).splitlines()
     table.add_row("payload", "\n".join(printable(line) for line in payload_lines))
     console = stdout()
