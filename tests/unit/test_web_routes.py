@@ -193,24 +193,6 @@ def test_static_serves_the_stylesheet_the_script_and_the_icon_only() -> None:
         assert c.get(other).status_code == 404, other
 
 
-def test_the_queue_page_shows_each_queues_controls() -> None:
-    app = new_app()
-    app.enqueue("mail.send", {}, queue="mail")
-    app.enqueue("mail.send", {}, queue="plain")
-    app.limit_queue("mail", max_running=2)
-    app.rate_limit_queue("mail", starts=10, per=1.0)
-    app.pause_queue("reports")  # no job: listed below the live queues
-    page = client(app).get("/queues").text
-    assert "not available in this version" not in page
-    mail = page[page.index('data-controls="mail"'):].split("</td>", 1)[0]
-    assert "active" in mail and "at most 2 running" in mail and "10 starts per 1.0 s" in mail
-    plain = page[page.index('data-controls="plain"'):].split("</td>", 1)[0]
-    assert "active" in plain and "running" not in plain
-    assert "Controlled queues without live jobs" in page
-    reports = page[page.index('data-controls="reports"'):].split("</td>", 1)[0]
-    assert "paused" in reports and "/queues/reports/resume" in page and "/queues/reports/pause" not in page
-
-
 def test_the_job_page_shows_each_attempt_as_a_timeline_escaped() -> None:
     app = new_app()
     evil = "<script>alert('x')</script>"

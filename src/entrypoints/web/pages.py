@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 from tether.domain.history import HISTORY_LIMIT, after_retry
 from tether.domain.job import RETRYABLE_STATUSES, JobStatus
-from tether.domain.validation import CANCELLABLE_STATUSES
+from tether.domain.validation import CANCELLABLE_STATUSES, DEFAULT_QUEUE
 from tether.entrypoints.web.chart import throughput_svg
 from tether.entrypoints.web.dashboard import HERE, Dashboard, dashboard_of
 from tether.entrypoints.web.params import BadParameter, jobs_query, positive_id
@@ -91,9 +91,10 @@ async def queues(request: Request) -> Response:
     snapshot = await dash.feed.current()
     states = {} if dash.queue_states is None else {s.name: s for s in await run_in_threadpool(dash.queue_states)}
     listed = {q.queue for q in snapshot.queues}
-    idle = [state for name, state in sorted(states.items()) if name not in listed]  # controls, no live job
+    # without live jobs: the controlled queues, and the default queue, so it can be paused ahead
+    idle = [(name, states.get(name)) for name in sorted((set(states) | {DEFAULT_QUEUE}) - listed)]
     return dash.render(request, "queues.html", "queues", snapshot=snapshot, pausing=dash.queue_control is not None,
-                       controls=states, controls_known=dash.queue_states is not None, idle_controlled=idle)
+                       controls=states, controls_known=dash.queue_states is not None, idle=idle)
 
 
 async def workers(request: Request) -> Response:
