@@ -105,7 +105,8 @@ class Job:
         scheduled_at: not leased before this instant (aware UTC).
         created_at: when it was enqueued (aware UTC).
         idempotency_key: unique among stored jobs, or None.
-        lease_token: the fencing token of the current lease (only while running).
+        lease_token: the fencing token of the current lease (only while running); left out of
+            the job's ``repr``, so a log line or traceback that shows a job never carries it.
         leased_by: worker id of the current lease holder (informational, never a fence).
         leased_at, lease_expires_at: start and expiry of the current lease (aware UTC).
         last_error: the last failure, bounded and printable, or None.
@@ -132,7 +133,7 @@ class Job:
     scheduled_at: datetime
     created_at: datetime
     idempotency_key: str | None = None
-    lease_token: str | None = None
+    lease_token: str | None = attrs.field(default=None, repr=False)  # a fence: never in logs or tracebacks
     leased_by: str | None = None
     leased_at: datetime | None = None
     lease_expires_at: datetime | None = None

@@ -93,3 +93,10 @@ def test_the_cli_never_prints_a_running_jobs_lease_token(tmp_path: Path) -> None
     shown = json.loads(outputs[0].output)
     assert shown["status"] == "running" and shown["leased_by"] == "w"
     assert datetime.fromisoformat(shown["lease_expires_at"]) > datetime.now(UTC) + timedelta(seconds=500)
+
+
+def test_a_jobs_repr_never_shows_its_lease_token() -> None:
+    _app, _clock, leased = running_app()
+    assert leased.lease_token is not None
+    assert leased.lease_token not in repr(leased) and "lease_token" not in repr(leased)
+    assert "leased_by='w'" in repr(leased)  # the rest of the job is still there
