@@ -169,7 +169,7 @@ def describe_usage_error(error: Exception) -> str:
 
 
 #: Click's "No such command 'x'." (the name as Python's repr), with Typer's "Did you mean 'y', 'z'?"
-_NO_SUCH_COMMAND = re.compile(r"No such command (?P<name>'[^']*'|\"[^\"]*\")\.?(?:\s*Did you mean (?P<guesses>.*)\?)?\s*$", re.S)
+_NO_SUCH_COMMAND = re.compile(r"No such command (?P<name>'[^']*'|\"[^\"]*\")\.?(?:\s*Did you mean (?P<guesses>.*)\?)?\s*$", re.DOTALL)
 
 
 def _no_such_command(found: re.Match[str], ctx: Any) -> str:
