@@ -172,7 +172,7 @@ BAD_INPUT = [
     (["db", "upgrade", "--sql", "--from-version", str(NEXT_VERSION)],
      f"--from-version: {NEXT_VERSION} is not a schema version of this Tether"),
     (["db", "upgrade", "--sql", "--from-version", "one"], "--from-version: must be an integer, got 'one'"),
-    (["frobnicate"], "No such command 'frobnicate'"),
+    (["frobnicate"], "frobnicate: no such command (commands: dashboard, db, demo, enqueue, jobs, "),
     (["jobs", "show", "1", "2", "3"], "2 3: unexpected arguments of tether jobs show"),
     (["queues", "limit", "api", "0"], ("0: unexpected argument of tether queues limit (values go with its options: "
                                        "--max-running, --max-running-per-key, --rate, --per)")),
@@ -187,6 +187,29 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: l
     assert result.exit_code == 2, result.output
     assert one_error_line(result).startswith(expected)
     assert not path.exists()
+
+
+ROOT_COMMANDS = "dashboard, db, demo, enqueue, jobs, purge, queues, reap, retry, schedules, worker, workers"
+
+#: An unknown command is named first, like an unknown option, with the commands of its group (and
+#: Typer's close guesses, when it has some); never Click's "No such command 'x'.".
+UNKNOWN_COMMANDS = [
+    (["frobnicate"], f"frobnicate: no such command (commands: {ROOT_COMMANDS})"),
+    (["jbos"], f"jbos: no such command (did you mean jobs? commands: {ROOT_COMMANDS})"),
+    (["queue"], f"queue: no such command (did you mean queues or enqueue? commands: {ROOT_COMMANDS})"),
+    (["jobs", "frobnicate"], "frobnicate: no such command of tether jobs (commands: cancel, list, show, why)"),
+    (["jobs", "lst"], "lst: no such command of tether jobs (did you mean list? commands: cancel, list, show, why)"),
+    (["queues", "nope"], "nope: no such command of tether queues (commands: limit, list, pause, resume)"),
+    (["db", "frob"], "frob: no such command of tether db (commands: init, upgrade, version)"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), UNKNOWN_COMMANDS, ids=[" ".join(a) for a, _ in UNKNOWN_COMMANDS])
+def test_an_unknown_command_is_one_line_naming_it_and_its_groups_commands_exit_2(args: list[str], expected: str) -> None:
+    result = cli(*args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert one_error_line(result) == expected
 
 
 def test_a_value_from_the_environment_is_named_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:

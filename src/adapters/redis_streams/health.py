@@ -43,6 +43,9 @@ log = logging.getLogger("tether.dispatch.redis")
 
 #: XAUTOCLAIM arrived in Redis 6.2.
 MIN_REDIS_VERSION = (6, 2)
+#: The attribute of the log record of a Redis unreachable at start: ``(what, url, error)``, e.g.
+#: ``("Redis", "redis://127.0.0.1:6379/0", "Error 111 connecting ...")``.
+UNREACHABLE_AT_START = "tether_redis_unreachable_at_start"
 #: Backoff after a Redis error: starts here, doubles, capped at :data:`BACKOFF_CAP` (seconds).
 BACKOFF_START, BACKOFF_CAP = 0.05, 1.0
 
@@ -142,10 +145,13 @@ class RedisHealth:
 
     def _start_degraded(self, what: str, exc: redis.RedisError) -> None:
         """Unreachable at start without ``require_connection``: log it once and back off as after
-        any Redis error (workers lease from the repository meanwhile)."""
+        any Redis error (workers lease from the repository meanwhile).  The record carries
+        :data:`UNREACHABLE_AT_START` (``what``, the URL with its password hidden, the error's text),
+        so a program that says it in its own words (the ``tether`` command) can tell it apart."""
         log.warning(
             "%s at %s unreachable at start (%s); until it answers, workers lease straight from the database "
             "and the sweep publishes what producers could not", what, self._connection.url, exc,
+            extra={UNREACHABLE_AT_START: (what, self._connection.url, str(exc))},
         )
         self.record_failure(exc, quiet=True)
 

@@ -15,6 +15,7 @@ from tether.domain.errors import InvalidTransition, ValidationError
 from tether.domain.job import Job, JobStatus
 from tether.domain.validation import CANCELLABLE_STATUSES, validate_idempotency_key, validate_job_type, validate_queue
 from tether.entrypoints.cli.options import (
+    CHANGES_ALONE,
     AsJson,
     DatabaseUrl,
     RedisClusterSwitch,
@@ -108,7 +109,7 @@ def jobs_cancel(
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
-    with open_app(settings) as tether_app:
+    with open_app(settings, without_redis=CHANGES_ALONE) as tether_app:
         if not named:
             count = tether_app.cancel_matching(queue=queue, statuses=status or None, job_type=job_type, everything=everything)
             if as_json:

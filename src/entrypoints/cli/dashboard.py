@@ -15,6 +15,12 @@ from typing import Annotated
 import typer
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.entrypoints.cli.options import DatabaseUrl, RedisClusterSwitch, RedisPrefix, RedisUrl, Schema, load_settings, open_app
+
+#: What the dashboard does while Redis does not answer: it reads and writes the database; the jobs it
+#: retries or the queues it resumes are not announced, and the workers' sweep finds them.
+DASHBOARD_WITHOUT_REDIS = (
+    "the dashboard works on the database alone; workers find the jobs it retries or resumes at their next sweep, seconds late"
+)
 from tether.entrypoints.cli.values import FlagNamingCommand, integer
 
 LOOPBACK = "127.0.0.1"
@@ -65,7 +71,7 @@ def dashboard(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
     listener = bound_socket(host, port)
-    with listener, open_app(settings) as tether_app:
+    with listener, open_app(settings, without_redis=DASHBOARD_WITHOUT_REDIS) as tether_app:
         if no_auth:
             web = create_app(tether_app, authorize=lambda request: "local user (no auth)", read_only=read_only)
         else:

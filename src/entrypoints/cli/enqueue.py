@@ -66,6 +66,11 @@ def parse_run_at(text: str | None) -> datetime | None:
     return value
 
 
+#: What ``enqueue`` does while Redis does not answer: the job is committed and its publication fails
+#: (or is skipped); the sweep of the workers on Redis Streams re-publishes due jobs from the database.
+UNANNOUNCED_JOB = "the job is stored in the database; workers find it at their next sweep, seconds late"
+
+
 def redis_workers_note(tether_app: Tether, queue: str) -> str | None:
     """The stderr line for a job enqueued without a Redis URL on ``queue``, when live worker pools
     of that queue wait on Redis Streams (they find it only at their next sweep); else None.
@@ -140,7 +145,7 @@ def enqueue(
         max_payload_bytes=settings.max_payload_bytes,
         concurrency_key=concurrency_key,
     )
-    with open_app(settings, create=True) as tether_app:
+    with open_app(settings, create=True, without_redis=UNANNOUNCED_JOB) as tether_app:
         result = tether_app.enqueue(
             job_type,
             value,
@@ -171,4 +176,4 @@ def register(app: typer.Typer) -> None:
     app.command(cls=FlagNamingCommand)(enqueue)
 
 
-__all__ = ["enqueue", "parse_payload", "parse_run_at", "redis_workers_note", "register"]
+__all__ = ["UNANNOUNCED_JOB", "enqueue", "parse_payload", "parse_run_at", "redis_workers_note", "register"]

@@ -7,9 +7,21 @@ from typing import Annotated
 
 import typer
 from tether.domain.job import JobStatus
-from tether.entrypoints.cli.options import DatabaseUrl, RedisClusterSwitch, RedisPrefix, RedisUrl, Schema, load_settings, open_app
+from tether.entrypoints.cli.options import (
+    CHANGES_ALONE,
+    DatabaseUrl,
+    RedisClusterSwitch,
+    RedisPrefix,
+    RedisUrl,
+    Schema,
+    load_settings,
+    open_app,
+)
 from tether.entrypoints.cli.output import stdout
 from tether.entrypoints.cli.values import FlagNamingCommand, integer, seconds
+
+#: What ``retry`` does while Redis does not answer (the job is not announced; the sweep finds it).
+RETRIED_JOB = "the job is back in its queue in the database; workers find it at their next sweep, seconds late"
 
 
 def retry(
@@ -24,7 +36,7 @@ def retry(
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
-    with open_app(settings) as tether_app:
+    with open_app(settings, without_redis=RETRIED_JOB) as tether_app:
         job = tether_app.retry(job_id)
     stdout().print(f"job {job.id} is {job.status.value} again on queue {job.queue}")
 
@@ -47,7 +59,7 @@ def purge(
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
-    with open_app(settings) as tether_app:
+    with open_app(settings, without_redis=CHANGES_ALONE) as tether_app:
         deleted = tether_app.purge(timedelta(seconds=older_than))
     stdout().print(f"purged {deleted} finished job(s) older than {older_than:g} s")
 
@@ -63,7 +75,7 @@ def reap(
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
-    with open_app(settings) as tether_app:
+    with open_app(settings, without_redis=CHANGES_ALONE) as tether_app:
         jobs = tether_app.reap()
     retrying = sum(1 for job in jobs if job.status is JobStatus.RETRYING)
     stdout().print(f"reaped {len(jobs)} expired lease(s): {retrying} retrying, {len(jobs) - retrying} dead")

@@ -9,12 +9,15 @@ a variable beats the default; see :mod:`tether.entrypoints.settings`).  ``db`` c
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from tether.entrypoints.cli.output import printable
 from tether.entrypoints.cli.values import number_of_seconds, switch
 from tether.entrypoints.settings import InvalidSetting, Settings, env_name, flag_name, sqlite_path
 
@@ -68,11 +71,41 @@ def load_settings(**overrides: Any) -> Settings:
     return Settings.load(overrides)
 
 
+#: What a command that only reads does while Redis does not answer (``without_redis`` of :func:`open_app`).
+READS_ALONE = "this command reads the database alone"
+#: ... and one that writes but announces no job to the workers.
+CHANGES_ALONE = "this command changes the database alone"
+#: The logger of the Redis Streams dispatcher, and the attribute of its record of a Redis
+#: unreachable at start (:data:`tether.adapters.redis_streams.health.UNREACHABLE_AT_START`).
+REDIS_LOGGER = "tether.dispatch.redis"
+UNREACHABLE_AT_START = "tether_redis_unreachable_at_start"
+
+
+class RedisStartNote(logging.Filter):
+    """On the dispatcher's logger while a command runs: keeps the record of a Redis unreachable at
+    start (whose words are about workers) off stderr, and every later record of that logger,
+    since the command's one warning line already said Redis does not answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unreachable: tuple[str, str, str] | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        found = getattr(record, UNREACHABLE_AT_START, None)
+        if found is not None and self.unreachable is None:
+            self.unreachable = found
+        return self.unreachable is None
+
+
 @contextmanager
-def open_app(settings: Settings, *, create: bool = False) -> Iterator[Tether]:
+def open_app(settings: Settings, *, create: bool = False, without_redis: str = READS_ALONE) -> Iterator[Tether]:
     """The app on the configured store, closed when the block ends.  Only ``enqueue`` creates
     missing tables (``create``); the other commands report them missing, so a mistyped URL is not
     mistaken for an empty store.
+
+    A Redis URL that does not answer (the app does not require it) is one line on stderr once the
+    app is open, ``tether: warning: Redis at <url> unreachable (<error>); <without_redis>``:
+    what this command does without Redis (:data:`READS_ALONE` by default).
 
     Raises:
         InvalidSetting: without ``create``, the settings name a SQLite file that does not exist.
@@ -82,11 +115,20 @@ def open_app(settings: Settings, *, create: bool = False) -> Iterator[Tether]:
 
     if not create:
         require_sqlite_file(settings)
-    tether_app = from_settings(settings, create=create)
+    note = RedisStartNote()
+    logger = logging.getLogger(REDIS_LOGGER)
+    logger.addFilter(note)
     try:
-        yield tether_app
+        tether_app = from_settings(settings, create=create)
+        if note.unreachable is not None:
+            what, url, error = note.unreachable
+            print(printable(f"tether: warning: {what} at {url} unreachable ({' '.join(error.split())}); {without_redis}"), file=sys.stderr)
+        try:
+            yield tether_app
+        finally:
+            tether_app.close()
     finally:
-        tether_app.close()
+        logger.removeFilter(note)
 
 
 def require_sqlite_file(settings: Settings) -> None:
@@ -106,11 +148,14 @@ def require_sqlite_file(settings: Settings) -> None:
 
 
 __all__ = [
+    "CHANGES_ALONE",
+    "READS_ALONE",
     "SECONDS",
     "AsJson",
     "DatabaseUrl",
     "RedisClusterSwitch",
     "RedisPrefix",
+    "RedisStartNote",
     "RedisUrl",
     "Schema",
     "load_settings",

@@ -18,6 +18,7 @@ from tether.domain.errors import ValidationError
 from tether.domain.job import JobStatus
 from tether.domain.queues import MAX_RUNNING_LIMIT, QueueInfo, QueueState, validate_queue_name, validate_rate
 from tether.entrypoints.cli.options import (
+    CHANGES_ALONE,
     AsJson,
     DatabaseUrl,
     RedisClusterSwitch,
@@ -103,6 +104,11 @@ def queues_list(database_url: DatabaseUrl = None, schema: Schema = None, as_json
     stdout().print(table)
 
 
+#: What ``resume`` and ``limit`` do while Redis does not answer: the queue's due jobs are not
+#: announced to the workers on Redis Streams, whose sweep re-publishes them from the database.
+UNANNOUNCED_QUEUE = "the queue's due jobs are not announced; workers find them at their next sweep, seconds late"
+
+
 @queues_app.command("pause", cls=FlagNamingCommand)
 def queues_pause(
     queue: QueueName, database_url: DatabaseUrl = None, schema: Schema = None, as_json: AsJson = False
@@ -110,7 +116,7 @@ def queues_pause(
     """Pause a queue: no worker starts its jobs until it is resumed (running jobs finish; enqueue goes on)."""
     validate_queue_name(queue)
     settings = load_settings(database_url=database_url, schema=schema)
-    with open_app(settings) as tether_app:
+    with open_app(settings, without_redis=CHANGES_ALONE) as tether_app:
         _report(tether_app.pause_queue(queue), as_json)
 
 
@@ -129,7 +135,7 @@ def queues_resume(
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
-    with open_app(settings) as tether_app:
+    with open_app(settings, without_redis=UNANNOUNCED_QUEUE) as tether_app:
         _report(tether_app.resume_queue(queue), as_json)
 
 
@@ -190,7 +196,7 @@ def queues_limit(
     settings = load_settings(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
-    with open_app(settings) as tether_app:
+    with open_app(settings, without_redis=UNANNOUNCED_QUEUE) as tether_app:
         state = None
         if clear:
             state = tether_app.limit_queue(queue, max_running=None, max_running_per_key=None)

@@ -20,6 +20,7 @@ Python name (``older_than``) the user never typed.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from enum import Enum
@@ -144,7 +145,8 @@ def option_label(param: Any, ctx: Any = None) -> str:
 
 def describe_usage_error(error: Exception) -> str:
     """The one-line message of a usage error Typer raised: ``<label>: <problem>`` for a bad,
-    missing or unknown option or argument; Typer's own words for anything else (an unknown command)."""
+    missing or unknown option or argument, ``<name>: no such command ...`` for an unknown command
+    (naming the group's commands); Typer's own words for anything else."""
     param = getattr(error, "param", None)
     kind = type(error).__name__
     if param is not None:
@@ -160,7 +162,30 @@ def describe_usage_error(error: Exception) -> str:
     ctx = getattr(error, "ctx", None)
     if message.startswith("Got unexpected extra argument") and ctx is not None:
         return _extra_arguments(message, ctx)
+    unknown = _NO_SUCH_COMMAND.match(message)
+    if unknown is not None and ctx is not None:
+        return _no_such_command(unknown, ctx)
     return message
+
+
+#: Click's "No such command 'x'." (the name as Python's repr), with Typer's "Did you mean 'y', 'z'?"
+_NO_SUCH_COMMAND = re.compile(r"No such command (?P<name>'[^']*'|\"[^\"]*\")\.?(?:\s*Did you mean (?P<guesses>.*)\?)?\s*$", re.DOTALL)
+
+
+def _no_such_command(found: re.Match[str], ctx: Any) -> str:
+    """``frobnicate: no such command of tether jobs (commands: cancel, list, show, why)``, with
+    ``did you mean list?`` first when Typer found close names: Click's "No such command
+    'frobnicate'." said where, and with the group's commands."""
+    name = ast.literal_eval(found.group("name"))
+    group = ctx.command
+    commands = sorted(
+        command_name for command_name in group.list_commands(ctx)
+        if not getattr(group.get_command(ctx, command_name), "hidden", False)
+    )
+    guesses = [guess for guess in re.findall(r"'([^']*)'", found.group("guesses") or "") if guess in commands]
+    where = f" of {ctx.command_path}" if ctx.parent is not None else ""
+    hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
+    return f"{name}: no such command{where} ({hint}commands: {', '.join(commands)})"
 
 
 #: Options every store-reading command takes: left out of the hint about a command's own options.
