@@ -15,13 +15,13 @@ from typing import Annotated
 import typer
 from tether.domain.errors import ConfigurationError, ValidationError
 from tether.entrypoints.cli.options import DatabaseUrl, RedisClusterSwitch, RedisPrefix, RedisUrl, Schema, load_settings, open_app
+from tether.entrypoints.cli.values import FlagNamingCommand, integer
 
 #: What the dashboard does while Redis does not answer: it reads and writes the database; the jobs it
 #: retries or the queues it resumes are not announced, and the workers' sweep finds them.
 DASHBOARD_WITHOUT_REDIS = (
     "the dashboard works on the database alone; workers find the jobs it retries or resumes at their next sweep, seconds late"
 )
-from tether.entrypoints.cli.values import FlagNamingCommand, integer
 
 LOOPBACK = "127.0.0.1"
 PASSWORD_VARIABLE = "TETHER_DASHBOARD_PASSWORD"
