@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 
 from tether.domain.job import Job
+from tether.entrypoints.durations import format_duration
 from tether.entrypoints.execution import Outcome
 
 #: The record attributes a job's log records carry, in this order.
@@ -93,7 +94,9 @@ class JobLogObserver:
     """A :class:`~tether.entrypoints.worker.observers.JobObserver` that logs one INFO line on the
     ``tether.jobs`` logger when a job's handler starts and one when its outcome is recorded
     (``tether worker --log-jobs``).  The lines carry :data:`JOB_FIELDS`, and the finish line
-    ``outcome`` and ``duration_seconds`` too."""
+    ``outcome`` and ``duration_seconds`` too; its text says how long the attempt ran
+    (``job 4 (flaky) failed after 6 ms, retrying``), in the words of
+    :func:`~tether.entrypoints.durations.format_duration`."""
 
     def pool_started(self, pool: object) -> None:
         """Nothing to do."""
@@ -110,12 +113,22 @@ class JobLogObserver:
         level = logging.WARNING if outcome is Outcome.DEAD else logging.INFO
         extra = job_fields(job, job.leased_by or "")  # the job as leased: leased_by is this worker
         extra.update(outcome=outcome.value, duration_seconds=round(seconds, 6))
-        jobs_logger.log(level, "job %s (%s) %s in %.3f s", job.id, job.job_type, _word(outcome), seconds, extra=extra)
+        jobs_logger.log(level, "job %s (%s) %s", job.id, job.job_type, _finish(outcome, format_duration(seconds)),
+                        extra=extra)
 
 
-def _word(outcome: Outcome) -> str:
-    return {Outcome.RETRYING: "failed, retrying", Outcome.NO_HANDLER: "handed back (no handler)"}.get(
-        outcome, outcome.value)
+def _finish(outcome: Outcome, took: str) -> str:
+    """What became of the attempt, and how long it ran (``took``): never how long until a retry
+    (this observer is told the job as leased, not as written; ``tether.worker`` logs the retry's
+    time)."""
+    return {
+        Outcome.COMPLETED: f"completed in {took}",
+        Outcome.RETRYING: f"failed after {took}, retrying",
+        Outcome.DEAD: f"failed after {took}, dead (not retried)",
+        Outcome.CANCELLED: f"cancelled after running {took}",
+        Outcome.SNOOZED: f"snoozed after running {took}",
+        Outcome.NO_HANDLER: f"handed back after {took} (no handler here)",
+    }.get(outcome, f"{outcome.value} after {took}")
 
 
 __all__ = ["JOB_FIELDS", "JOB_LOGGERS", "JobFieldsFilter", "JobLogObserver", "enter_job", "install_filter", "job_fields",

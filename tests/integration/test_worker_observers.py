@@ -5,6 +5,7 @@ error never changes a job."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 import pytest
@@ -261,6 +262,26 @@ def test_job_lines_are_opt_in_and_carry_outcome_and_duration(capture: Capture) -
         assert {name: getattr(record, name) for name in JOB_FIELDS} == {
             "job_id": job.id, "job_type": "ok", "queue": "default", "attempt": 1, "worker_id": "w-lines"}
     assert lines[1].outcome == "completed" and lines[1].duration_seconds >= 0  # type: ignore[attr-defined]
+
+
+def test_a_failed_attempts_line_says_how_long_it_ran_not_when_it_is_retried(capture: Capture) -> None:
+    app = make_app()
+    calls: list[int] = []
+
+    @app.handler("flaky")
+    def flaky(payload: dict) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("not yet")
+
+    job = app.enqueue("flaky").job
+    run_until_idle(app, worker_id="w-flaky", observers=[JobLogObserver()])
+    lines = [r for r in capture.records if r.name == "tether.jobs" and "started" not in r.getMessage()]
+    assert [r.outcome for r in lines] == ["retrying", "completed"]  # type: ignore[attr-defined]
+    failed, completed = (r.getMessage() for r in lines)
+    assert re.fullmatch(rf"job {job.id} \(flaky\) failed after [0-9.<> ]+ (ms|s), retrying", failed), failed
+    assert re.fullmatch(rf"job {job.id} \(flaky\) completed in [0-9.<> ]+ (ms|s)", completed), completed
+    assert "retrying in" not in failed  # the number is the attempt's, not the backoff
 
 
 def test_the_reapers_line_about_a_job_carries_its_fields(capture: Capture) -> None:

@@ -61,10 +61,23 @@ def test_jobs_show_prints_one_line_per_attempt(db: str) -> None:
     start = lines.index("history: 3 attempt(s), oldest first, times UTC (at most 20 kept)")
     assert lines[start + 1:start + 4] == [
         "  #1    failed      2026-05-01 09:30:00      1.5 s  w-1  ValueError: no [b]ucket",
-        "  #2    released    2026-05-01 09:30:02        2 s  w-2",
-        "  #2    completed   2026-05-01 09:30:05       60 s  w-3",
+        "  #2    released    2026-05-01 09:30:02      2.0 s  w-2",
+        "  #2    completed   2026-05-01 09:30:05      1 min  w-3",
     ]
     assert not any(token in output for token in tokens)
+
+
+def test_jobs_show_says_a_short_attempt_in_milliseconds_as_the_dashboard_does(db: str) -> None:
+    tether_app = connect(db)
+    try:
+        job = tether_app.enqueue("reports.build", {}, run_at=T0).job
+        (leased,) = tether_app.repository.lease(queues=None, worker_id="w-1", now=T0, lease_timeout=60)
+        tether_app.repository.fail(job.id, leased.lease_token or "", now=T0 + timedelta(seconds=0.006_09),
+                                   error="ValueError: flaky", retry_at=T0 + timedelta(seconds=1))
+    finally:
+        tether_app.close()
+    assert "  #1    failed      2026-05-01 09:30:00       6 ms  w-1  ValueError: flaky" in show(db, job.id).splitlines()
+    assert json.loads(show(db, job.id, "--json"))["history"][0]["ended_at"] == "2026-05-01T09:30:00.006090+00:00"
 
 
 def test_jobs_show_json_carries_the_history(db: str) -> None:

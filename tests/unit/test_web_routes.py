@@ -197,9 +197,11 @@ def test_the_job_page_shows_each_attempt_as_a_timeline_escaped() -> None:
     app = new_app()
     evil = "<script>alert('x')</script>"
     job = app.enqueue("mail.send", {}, max_attempts=2).job
-    first = app.repository.lease_job(job.id, worker_id="w-first", now=app.clock.now(), lease_timeout=60)
+    started = app.clock.now()
+    first = app.repository.lease_job(job.id, worker_id="w-first", now=started, lease_timeout=60)
     assert first is not None and first.lease_token
-    app.repository.fail(job.id, first.lease_token, now=app.clock.now(), error=f"ValueError: {evil}", retry_at=app.clock.now())
+    app.repository.fail(job.id, first.lease_token, now=started + timedelta(seconds=0.006_09), error=f"ValueError: {evil}",
+                        retry_at=app.clock.now())
     second = app.repository.lease_job(job.id, worker_id="w-second", now=app.clock.now(), lease_timeout=60)
     assert second is not None and second.lease_token
     app.repository.fail(job.id, second.lease_token, now=app.clock.now(), error="KeyError: 'to'", retry_at=None)
@@ -209,6 +211,7 @@ def test_the_job_page_shows_each_attempt_as_a_timeline_escaped() -> None:
     items = timeline.split('<li class="attempt ')[1:]
     assert [item.split('"')[0] for item in items] == ["outcome-failed", "outcome-dead"]  # oldest first
     assert "attempt 1" in items[0] and "w-first" in items[0] and "ValueError: &lt;script&gt;" in items[0]
+    assert "<dt>took</dt><dd>6 ms</dd>" in items[0]  # as `tether jobs show` says it
     assert "attempt 2" in items[1] and "w-second" in items[1] and "KeyError: &#39;to&#39;" in items[1]
     assert evil not in page and "UTC" in items[0]  # started and ended, in UTC
     assert 'class="retried"' not in timeline

@@ -20,6 +20,7 @@ from tether.domain.explanation import Explanation
 from tether.domain.history import Attempt, after_retry
 from tether.domain.job import Job
 from tether.domain.workers import WorkerEntry
+from tether.entrypoints.durations import format_duration
 
 #: Line width when stdout is a pipe or file and COLUMNS is unset: wide enough that no column of
 #: ``jobs list`` is cut (Rich would assume 80), so ``| grep`` and ``> file`` see whole values.
@@ -104,7 +105,7 @@ def attempt_line(attempt: Attempt, after_retry: bool = False) -> str:
     """One line of ``jobs show`` for ``attempt``: number, outcome, start (UTC), how long it ran,
     worker, and the first line of its error (at most 200 characters); ``after_retry`` prefixes
     ``after a retry:`` (the attempts count from 1 again)."""
-    took = "" if attempt.started_at is None else f"{(attempt.ended_at - attempt.started_at).total_seconds():.3g} s"
+    took = "" if attempt.started_at is None else format_duration((attempt.ended_at - attempt.started_at).total_seconds())
     parts = [
         f"#{attempt.number:<3}", f"{attempt.outcome.value:<10}", short_time(attempt.started_at or attempt.ended_at),
         f"{took:>9}", attempt.worker_id or "?",

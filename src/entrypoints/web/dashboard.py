@@ -13,10 +13,11 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
+from tether.entrypoints.durations import format_duration
 from tether.entrypoints.service import Tether
 from tether.entrypoints.web.live import LiveFeed
 from tether.entrypoints.web.security import CSRF_FIELD
-from tether.entrypoints.web.snapshot import StoreReader, format_seconds
+from tether.entrypoints.web.snapshot import StoreReader
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -40,7 +41,7 @@ def short_time(moment: datetime | None) -> str:
 def make_templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(HERE / "templates"))  # autoescape on for .html
     templates.env.filters["when"] = short_time
-    templates.env.filters["seconds"] = format_seconds
+    templates.env.filters["seconds"] = format_duration
     return templates
 
 

@@ -22,6 +22,7 @@ from tether.domain.overview import (
     Throughput,
 )
 from tether.domain.workers import WorkerEntry
+from tether.entrypoints.durations import format_duration
 from tether.entrypoints.service import Tether
 from tether.entrypoints.web.chart_minutes import ChartMinutes
 from tether.entrypoints.web.params import JobsQuery
@@ -52,24 +53,13 @@ class Snapshot:
                 f"queue.{q.queue}.retrying": q.retrying,
                 f"queue.{q.queue}.running": q.running,
                 f"queue.{q.queue}.due": q.due,
-                f"queue.{q.queue}.latency": format_seconds(latency),
+                f"queue.{q.queue}.latency": format_duration(latency),
             })
         if self.workers is not None:
             figures["workers.alive"] = sum(1 for w in self.workers if not w.gone)
             figures["workers.gone"] = sum(1 for w in self.workers if w.gone)
         return {"taken_at": self.taken_at.isoformat(), "figures": figures,
                 "estimated": sorted(s.value for s in self.totals.estimated)}
-
-
-def format_seconds(seconds: float | None) -> str:
-    """``12.3 s``, ``4 min 5 s``, ``2 h 3 min``; an em dash for None."""
-    if seconds is None:
-        return "—"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
 
 
 class StoreReader:
@@ -138,4 +128,4 @@ class StoreReader:
 
 LIVE_ORDER = (JobStatus.QUEUED, JobStatus.RETRYING, JobStatus.RUNNING)
 
-__all__ = ["LIVE_ORDER", "THROUGHPUT_REFRESH", "Snapshot", "StoreReader", "format_seconds"]
+__all__ = ["LIVE_ORDER", "THROUGHPUT_REFRESH", "Snapshot", "StoreReader"]
