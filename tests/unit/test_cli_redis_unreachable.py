@@ -63,6 +63,8 @@ WITHOUT_REDIS = [
     (["jobs", "cancel", "1"], "this command changes the database alone"),
     (["purge", "--older-than", "60"], "this command changes the database alone"),
     (["reap"], "this command changes the database alone"),
+    (["queues", "list"], "this command reads the database alone"),
+    (["queues", "pause", "default"], "this command changes the database alone"),
     (["queues", "resume", "default"], "the queue's due jobs are not announced; workers find them at their next sweep, seconds late"),
     (["queues", "limit", "default", "--max-running", "5"],
      "the queue's due jobs are not announced; workers find them at their next sweep, seconds late"),

@@ -77,9 +77,18 @@ def _report(state: QueueState, as_json: bool) -> None:
 
 
 @queues_app.command("list", cls=FlagNamingCommand)
-def queues_list(database_url: DatabaseUrl = None, schema: Schema = None, as_json: AsJson = False) -> None:
+def queues_list(
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
+) -> None:
     """List every queue that holds jobs or has controls: its counts, paused flag and limits."""
-    settings = load_settings(database_url=database_url, schema=schema)
+    settings = load_settings(
+        database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
+    )
     with open_app(settings) as tether_app:
         infos = tether_app.queues()
     if as_json:
@@ -111,11 +120,19 @@ UNANNOUNCED_QUEUE = "the queue's due jobs are not announced; workers find them a
 
 @queues_app.command("pause", cls=FlagNamingCommand)
 def queues_pause(
-    queue: QueueName, database_url: DatabaseUrl = None, schema: Schema = None, as_json: AsJson = False
+    queue: QueueName,
+    database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
+    redis_cluster: RedisClusterSwitch = None,
+    schema: Schema = None,
+    as_json: AsJson = False,
 ) -> None:
     """Pause a queue: no worker starts its jobs until it is resumed (running jobs finish; enqueue goes on)."""
     validate_queue_name(queue)
-    settings = load_settings(database_url=database_url, schema=schema)
+    settings = load_settings(
+        database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
+    )
     with open_app(settings, without_redis=CHANGES_ALONE) as tether_app:
         _report(tether_app.pause_queue(queue), as_json)
 
