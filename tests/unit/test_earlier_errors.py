@@ -62,6 +62,20 @@ def test_jobs_show_marks_a_completed_jobs_error_as_an_earlier_attempts(database:
     assert ERROR in retrying and EARLIER_ERROR not in retrying
 
 
+def test_jobs_why_marks_it_too(database: str) -> None:
+    line = next(li for li in output_of("jobs", "why", "1", "--database-url", database).splitlines() if "last_error:" in li)
+    assert line.endswith(f"{ERROR} {EARLIER_ERROR}")
+    retrying = next(li for li in output_of("jobs", "why", "2", "--database-url", database).splitlines() if "last_error:" in li)
+    assert retrying.endswith(ERROR)
+
+
+def test_jobs_list_leaves_a_finished_jobs_due_time_out(database: str) -> None:
+    rows = {line.split()[0]: line for line in output_of("jobs", "list", "--database-url", database).splitlines()
+            if line.split() and line.split()[0].isdigit()}
+    day = rows["2"].split()[5]  # the retrying job is due: its date is shown
+    assert day[:4].isdigit() and day not in rows["1"]
+
+
 def test_the_json_view_keeps_the_error_as_stored(database: str) -> None:
     assert f'"last_error": "{ERROR}"' in output_of("jobs", "show", "1", "--database-url", database, "--json")
 

@@ -94,7 +94,7 @@ def jobs_list(
             printable(job.queue),
             job.status.value,
             f"{job.attempts}/{job.max_attempts}",
-            job.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
+            "" if job.finished_at is not None else job.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
             "" if job.status is JobStatus.COMPLETED else printable(job.last_error or ""),  # an earlier attempt's
         )
     stdout().print(table)
@@ -170,6 +170,8 @@ def jobs_why(
         if fact.name == "due_ahead_capped":
             continue
         text = f"{fact.value:,}+" if fact.name == "due_ahead" and capped else _fact_text(fact.value)
+        if fact.name == "last_error" and explanation.status is JobStatus.COMPLETED:
+            text += f" {EARLIER_ERROR}"
         print(f"  {fact.name + ':':<21}{printable(text)}")
 
 
