@@ -124,7 +124,7 @@ def _finish(outcome: Outcome, took: str) -> str:
     return {
         Outcome.COMPLETED: f"completed in {took}",
         Outcome.RETRYING: f"failed after {took}, retrying",
-        Outcome.DEAD: f"failed after {took}, dead (not retried)",
+        Outcome.DEAD: f"failed after {took}, now dead",
         Outcome.CANCELLED: f"cancelled after running {took}",
         Outcome.SNOOZED: f"snoozed after running {took}",
         Outcome.NO_HANDLER: f"handed back after {took} (no handler here)",

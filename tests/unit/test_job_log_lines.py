@@ -27,7 +27,7 @@ def leased_job() -> Job:
     [
         (Outcome.COMPLETED, "job 4 (flaky) completed in 10 ms"),
         (Outcome.RETRYING, "job 4 (flaky) failed after 10 ms, retrying"),
-        (Outcome.DEAD, "job 4 (flaky) failed after 10 ms, dead (not retried)"),
+        (Outcome.DEAD, "job 4 (flaky) failed after 10 ms, now dead"),
         (Outcome.CANCELLED, "job 4 (flaky) cancelled after running 10 ms"),
         (Outcome.SNOOZED, "job 4 (flaky) snoozed after running 10 ms"),
         (Outcome.NO_HANDLER, "job 4 (flaky) handed back after 10 ms (no handler here)"),
