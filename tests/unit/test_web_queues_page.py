@@ -3,7 +3,7 @@ without live jobs that are paused or limited, and the default queue, each with i
 
 from __future__ import annotations
 
-from tests.web_support import client, new_app
+from tests.web_support import client, new_app, post, token_of
 
 
 def test_the_queue_page_shows_each_queues_controls() -> None:
@@ -32,3 +32,26 @@ def test_the_default_queue_is_listed_once_whether_or_not_it_holds_live_jobs() ->
     app.enqueue("mail.send", {})
     page = client(app).get("/queues").text
     assert page.count('data-controls="default"') == 1 and "Queues without live jobs" not in page
+
+
+def test_a_pause_is_confirmed_plainly_and_then_announced() -> None:
+    app = new_app()
+    c = client(app)
+    token = token_of(c, "/queues")
+    asked = post(c, "/queues/default/pause", {}, token=token)
+    assert "Pause queue default?" in asked.text and 'class="danger"' not in asked.text  # nothing is lost
+    done = post(c, "/queues/default/pause", {"confirm": "yes"}, token=token)
+    assert done.status_code == 303 and done.headers["location"].endswith("/queues?done=pause")
+    page = c.get(done.headers["location"]).text
+    assert 'class="flash" role="status">Queue paused: no worker starts its jobs until it is resumed.' in page
+    resumed = post(c, "/queues/default/resume", {"confirm": "yes"}, token=token)
+    assert "Queue resumed." in c.get(resumed.headers["location"]).text
+
+
+def test_a_cancel_and_a_purge_are_confirmed_with_the_danger_button() -> None:
+    app = new_app()
+    job = app.enqueue("mail.send", {}).job
+    c = client(app)
+    token = token_of(c)
+    assert 'class="danger">Confirm' in post(c, f"/jobs/{job.id}/cancel", {}, token=token).text
+    assert 'class="danger">Confirm' in post(c, "/purge", {"older_than": "2020-01-01"}, token=token).text

@@ -41,6 +41,7 @@ async def _confirmed(
     perform: Callable[[Dashboard, str], str],
     *,
     details: str = "",
+    destructive: bool = False,
 ) -> Response:
     """For a POST that passed the guards (``checked``, from :func:`_checked`): without ``confirm=yes``
     answer with the confirmation page (repeating ``fields``); with it, run ``perform(dashboard, user)``
@@ -48,7 +49,8 @@ async def _confirmed(
     dash, form, user = checked
     if form.get("confirm") != "yes":
         return dash.render(
-            request, "confirm.html", "", question=question, details=details, action=request.url.path, fields=fields
+            request, "confirm.html", "", question=question, details=details, action=request.url.path, fields=fields,
+            destructive=destructive,
         )
     target = await run_in_threadpool(perform, dash, user)
     return RedirectResponse(dash.base(request) + target, status_code=303)
@@ -77,7 +79,8 @@ async def cancel(request: Request) -> Response:
         return f"/jobs/{job_id}?done=cancel"
 
     return await _confirmed(request, checked, f"Cancel job {job_id}?", {}, perform,
-                            details="A waiting job is cancelled at once; a running one when its worker next reports.")
+                            details="A waiting job is cancelled at once; a running one when its worker next reports.",
+                            destructive=True)
 
 
 async def bulk_retry(request: Request) -> Response:
@@ -125,7 +128,7 @@ async def _queue_action(request: Request, verb: str) -> Response:
     def perform(dash: Dashboard, user: str) -> str:
         act(name)
         audit.info("dashboard: %s %sd queue %s", user, verb, name)
-        return "/queues"
+        return f"/queues?done={verb}"
 
     return await _confirmed(request, checked, f"{verb.capitalize()} queue {name}?", {}, perform)
 
@@ -151,6 +154,7 @@ async def purge(request: Request) -> Response:
         request, checked, f"Delete every finished job that finished before {older_than:%Y-%m-%d %H:%M:%S} UTC?",
         {"older_than": form.get("older_than")}, perform,
         details="Completed, dead and cancelled jobs are deleted for good; their idempotency keys become free.",
+        destructive=True,
     )
 
 

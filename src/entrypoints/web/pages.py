@@ -23,6 +23,8 @@ DONE = {
     "cancel": "Cancel recorded.",
     "bulk-retry": "Selected jobs queued again.",
     "purge": "Finished jobs purged.",
+    "pause": "Queue paused: no worker starts its jobs until it is resumed.",
+    "resume": "Queue resumed.",
 }
 
 
@@ -94,7 +96,8 @@ async def queues(request: Request) -> Response:
     # without live jobs: the controlled queues, and the default queue, so it can be paused ahead
     idle = [(name, states.get(name)) for name in sorted((set(states) | {DEFAULT_QUEUE}) - listed)]
     return dash.render(request, "queues.html", "queues", snapshot=snapshot, pausing=dash.queue_control is not None,
-                       controls=states, controls_known=dash.queue_states is not None, idle=idle)
+                       controls=states, controls_known=dash.queue_states is not None, idle=idle,
+                       done=DONE.get(request.query_params.get("done", "")))
 
 
 async def workers(request: Request) -> Response:
