@@ -155,3 +155,21 @@ def test_the_command_and_the_dispatcher_name_the_same_record_attribute() -> None
 
     assert options.UNREACHABLE_AT_START == health.UNREACHABLE_AT_START
     assert options.REDIS_LOGGER == health.log.name
+
+
+@pytest.mark.parametrize("long_running", [False, True], ids=["one-shot", "long-running"])
+def test_a_long_running_command_holds_back_only_the_start_record(
+    db: str, long_running: bool, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A one-shot command keeps the dispatcher's later records off stderr (its one line said it);
+    the dashboard, running for days, lets them through once the start's record is held back."""
+    from tether.entrypoints.cli.options import REDIS_LOGGER, open_app
+    from tether.entrypoints.settings import Settings
+
+    settings = Settings.load({"database_url": db, "redis_url": DOWN})
+    with caplog.at_level(logging.INFO, logger=REDIS_LOGGER), open_app(settings, long_running=long_running):
+        logging.getLogger(REDIS_LOGGER).warning("Redis at %s answers again", DOWN)
+    assert capsys.readouterr().err.startswith(WARNING)
+    later = [r.getMessage() for r in caplog.records if r.getMessage().endswith("answers again")]
+    assert later == ([f"Redis at {DOWN} answers again"] if long_running else [])
+    assert not any("unreachable at start" in r.getMessage() for r in caplog.records)

@@ -71,7 +71,7 @@ def dashboard(
         database_url=database_url, redis_url=redis_url, redis_prefix=redis_prefix, redis_cluster=redis_cluster, schema=schema
     )
     listener = bound_socket(host, port)
-    with listener, open_app(settings, without_redis=DASHBOARD_WITHOUT_REDIS) as tether_app:
+    with listener, open_app(settings, without_redis=DASHBOARD_WITHOUT_REDIS, long_running=True) as tether_app:
         if no_auth:
             web = create_app(tether_app, authorize=lambda request: "local user (no auth)", read_only=read_only)
         else:

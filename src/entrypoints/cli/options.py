@@ -98,14 +98,19 @@ class RedisStartNote(logging.Filter):
 
 
 @contextmanager
-def open_app(settings: Settings, *, create: bool = False, without_redis: str = READS_ALONE) -> Iterator[Tether]:
+def open_app(
+    settings: Settings, *, create: bool = False, without_redis: str = READS_ALONE, long_running: bool = False
+) -> Iterator[Tether]:
     """The app on the configured store, closed when the block ends.  Only ``enqueue`` creates
     missing tables (``create``); the other commands report them missing, so a mistyped URL is not
     mistaken for an empty store.
 
     A Redis URL that does not answer (the app does not require it) is one line on stderr once the
     app is open, ``tether: warning: Redis at <url> unreachable (<error>); <without_redis>``:
-    what this command does without Redis (:data:`READS_ALONE` by default).
+    what this command does without Redis (:data:`READS_ALONE` by default).  The dispatcher's own
+    records of Redis are then held back while the block runs (a one-shot command's retries would
+    only repeat the line), unless ``long_running`` (the dashboard): then only the start's record is,
+    and what Redis does later (answering again, failing anew) is logged as usual.
 
     Raises:
         InvalidSetting: without ``create``, the settings name a SQLite file that does not exist.
@@ -123,6 +128,8 @@ def open_app(settings: Settings, *, create: bool = False, without_redis: str = R
         if note.unreachable is not None:
             what, url, error = note.unreachable
             print(printable(f"tether: warning: {what} at {url} unreachable ({' '.join(error.split())}); {without_redis}"), file=sys.stderr)
+        if long_running:
+            logger.removeFilter(note)
         try:
             yield tether_app
         finally:
