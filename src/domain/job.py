@@ -154,6 +154,12 @@ class Job:
         """A fresh copy of the job's headers (empty when it has none)."""
         return {} if self.headers_json is None else dict(json.loads(self.headers_json))
 
+    @property
+    def current_error(self) -> str | None:
+        """The last error while it still explains where the job is; None for a completed job,
+        whose ``last_error`` (kept) is an earlier attempt's."""
+        return None if self.status is JobStatus.COMPLETED else self.last_error
+
     def is_due(self, now: datetime) -> bool:
         """True when the job is queued or retrying and ``scheduled_at <= now``."""
         return self.status.is_leasable and self.scheduled_at <= now

@@ -9,6 +9,9 @@ seconds (or timestamps); this is for people only.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
+
+from tether.domain.explanation import span
 
 #: What a missing duration prints as (an attempt that never started, a queue with nothing due).
 MISSING = "—"
@@ -18,7 +21,7 @@ def format_duration(seconds: float | None) -> str:
     """``seconds`` at the scale it lives in, rounded to what that scale shows.
 
     ``0 ms``, ``< 0.1 ms``, ``0.6 ms`` and ``6 ms`` under a second; ``1.5 s`` under a minute;
-    beyond, two units as :func:`tether.domain.explanation.span` words them (``2 min 5 s``,
+    beyond, two units worded by :func:`tether.domain.explanation.span` (``2 min 5 s``,
     ``1 min``, ``3 h 4 min``, ``2 d 3 h``).  A value is rounded before its unit is chosen, so
     0.9996 s is ``1.0 s``, never ``1000 ms``.  A negative value (clocks that disagree) keeps its
     sign; None is :data:`MISSING`; an infinite one is ``inf s``.
@@ -38,17 +41,12 @@ def format_duration(seconds: float | None) -> str:
         return f"{round(milliseconds)} ms"
     if round(seconds, 1) < 60:
         return f"{seconds:.1f} s"
+    # rounded to the smaller of the two units shown, then worded as `jobs why` words a span
     if round(seconds) < 3_600:
-        return _two_units(round(seconds), 60, "min", "s")
+        return span(timedelta(seconds=round(seconds)))
     if round(seconds / 60) < 1_440:
-        return _two_units(round(seconds / 60), 60, "h", "min")
-    return _two_units(round(seconds / 3_600), 24, "d", "h")
-
-
-def _two_units(count: int, per: int, big: str, small: str) -> str:
-    """``count`` small units as ``<big> <big-unit> <rest> <small-unit>`` (the rest left out when 0)."""
-    whole, rest = divmod(count, per)
-    return f"{whole} {big}" + (f" {rest} {small}" if rest else "")
+        return span(timedelta(minutes=round(seconds / 60)))
+    return span(timedelta(hours=round(seconds / 3_600)))
 
 
 __all__ = ["MISSING", "format_duration"]

@@ -113,22 +113,21 @@ class JobLogObserver:
         level = logging.WARNING if outcome is Outcome.DEAD else logging.INFO
         extra = job_fields(job, job.leased_by or "")  # the job as leased: leased_by is this worker
         extra.update(outcome=outcome.value, duration_seconds=round(seconds, 6))
-        jobs_logger.log(level, "job %s (%s) %s", job.id, job.job_type, _finish(outcome, format_duration(seconds)),
+        finish = _FINISH.get(outcome, outcome.value + " after {took}")
+        jobs_logger.log(level, "job %s (%s) %s", job.id, job.job_type, finish.format(took=format_duration(seconds)),
                         extra=extra)
 
 
-def _finish(outcome: Outcome, took: str) -> str:
-    """What became of the attempt, and how long it ran (``took``): never how long until a retry
-    (this observer is told the job as leased, not as written; ``tether.worker`` logs the retry's
-    time)."""
-    return {
-        Outcome.COMPLETED: f"completed in {took}",
-        Outcome.RETRYING: f"failed after {took}, retrying",
-        Outcome.DEAD: f"failed after {took}, now dead",
-        Outcome.CANCELLED: f"cancelled after running {took}",
-        Outcome.SNOOZED: f"snoozed after running {took}",
-        Outcome.NO_HANDLER: f"handed back after {took} (no handler here)",
-    }.get(outcome, f"{outcome.value} after {took}")
+#: What became of the attempt, and how long it ran (``{took}``): never how long until a retry
+#: (the observer is told the job as leased, not as written; ``tether.worker`` logs the retry's time).
+_FINISH = {
+    Outcome.COMPLETED: "completed in {took}",
+    Outcome.RETRYING: "failed after {took}, retrying",
+    Outcome.DEAD: "failed after {took}, now dead",
+    Outcome.CANCELLED: "cancelled after running {took}",
+    Outcome.SNOOZED: "snoozed after running {took}",
+    Outcome.NO_HANDLER: "handed back after {took} (no handler here)",
+}
 
 
 __all__ = ["JOB_FIELDS", "JOB_LOGGERS", "JobFieldsFilter", "JobLogObserver", "enter_job", "install_filter", "job_fields",

@@ -95,7 +95,7 @@ def jobs_list(
             job.status.value,
             f"{job.attempts}/{job.max_attempts}",
             "" if job.finished_at is not None else job.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
-            "" if job.status is JobStatus.COMPLETED else printable(job.last_error or ""),  # an earlier attempt's
+            printable(job.current_error or ""),
         )
     stdout().print(table)
     stdout().print("  ".join(f"{s.value} {counts.get(s, 0)}" for s in JobStatus))
@@ -131,7 +131,7 @@ def jobs_show(
     for key, value in data.items():
         if key not in ("payload", "history"):
             table.add_row(key, "" if value is None else printable(str(value)))
-            if key == "last_error" and value is not None and job.status is JobStatus.COMPLETED:
+            if key == "last_error" and value is not None and job.current_error is None:
                 table.add_row("", EARLIER_ERROR)
     payload_lines = json.dumps(data["payload"], indent=2, ensure_ascii=False).splitlines()
     table.add_row("payload", "\n".join(printable(line) for line in payload_lines))
